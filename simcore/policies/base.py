@@ -1,0 +1,139 @@
+"""Policy interfaces of paper Appendix E.
+
+A policy is a small class. The planes set `self.signals` (system signals s(t)) before
+each call and pass a `ProgramView` (the PCB's causal view) as `pcb`.
+
+Retention decisions, returned by `on_turn_complete` / `on_turn_arrival`:
+    ("protect", until)                  protect the program's KV until `until` (s)
+    ("protect", until, value)           ... with a value for Eq. 5 (higher = keep longer)
+    ("protect", until, value, "offload")  ... and offload to host memory when it expires
+    "release"                           unprotected: stays cached until reclaimed (LRU)
+    "evict"                             drop the KV now
+    "offload"                           move the KV to the host-memory tier now
+    None / "none"                       no change
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..pcb import InstanceView, ProgramView, Signals
+
+__all__ = ["RetentionPolicy", "SchedulingPolicy", "RoutingPolicy", "RetentionDecision",
+           "PolicyError", "parse_retention", "parse_priority", "parse_instance",
+           "ProgramView", "Signals", "InstanceView"]
+
+# vLLM carries priority as a Python int; clamp to a range both sides can hold.
+PRIORITY_MIN = -(2**62)
+PRIORITY_MAX = 2**62
+
+
+class PolicyError(ValueError):
+    """A policy returned something outside its schema, or raised."""
+
+
+class _Policy:
+    name: ClassVar[str] = ""
+    axis: ClassVar[str] = ""
+    engine_args: ClassVar[dict[str, Any]] = {}
+    signals: Signals
+
+    def __init__(self) -> None:  # noqa: D401 - subclasses may define their own __init__
+        pass
+
+    def bind(self, signals: Signals) -> None:
+        # object.__setattr__ so that a policy defining __slots__ or properties still works
+        object.__setattr__(self, "signals", signals)
+
+
+class RetentionPolicy(_Policy):
+    axis = "retention"
+
+    def on_turn_complete(self, pcb: ProgramView, request_id: str, now: float) -> Any:
+        return "release"
+
+    def on_turn_arrival(self, pcb: ProgramView, now: float) -> Any:
+        return None
+
+
+class SchedulingPolicy(_Policy):
+    axis = "scheduling"
+    engine_args = {"scheduling_policy": "priority"}
+
+    def priority(self, pcb: ProgramView, now: float) -> int:
+        return 0
+
+
+class RoutingPolicy(_Policy):
+    axis = "routing"
+
+    def select(self, pcb: ProgramView, inflight: tuple[InstanceView, ...], now: float) -> int:
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionDecision:
+    kind: str                    # "protect" | "release" | "evict" | "offload" | "none"
+    until: float | None = None
+    value: float | None = None
+    then: str = "release"        # what happens at expiry: "release" or "offload"
+
+
+_NONE = RetentionDecision("none")
+_SIMPLE = {"release": RetentionDecision("release"), "evict": RetentionDecision("evict"),
+           "offload": RetentionDecision("offload"), "none": _NONE}
+
+
+def _finite(x: Any, what: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise PolicyError(f"{what} must be a number, got {type(x).__name__}")
+    v = float(x)
+    if not math.isfinite(v):
+        raise PolicyError(f"{what} must be finite, got {v}")
+    return v
+
+
+def parse_retention(obj: Any) -> RetentionDecision:
+    """Validate a retention decision against the schema in this module's docstring."""
+    if obj is None:
+        return _NONE
+    if isinstance(obj, str):
+        d = _SIMPLE.get(obj)
+        if d is None:
+            raise PolicyError(f"unknown retention decision {obj!r} (expected protect/release/evict/offload/none)")
+        return d
+    if isinstance(obj, (tuple, list)) and obj and isinstance(obj[0], str):
+        kind = obj[0]
+        if kind in _SIMPLE and len(obj) == 1:
+            return _SIMPLE[kind]
+        if kind == "protect" and 2 <= len(obj) <= 4:
+            until = _finite(obj[1], "protect deadline")
+            value = None if len(obj) < 3 or obj[2] is None else _finite(obj[2], "protect value")
+            then = "release"
+            if len(obj) == 4:
+                if obj[3] not in ("release", "offload"):
+                    raise PolicyError(f"protect expiry action must be 'release' or 'offload', got {obj[3]!r}")
+                then = obj[3]
+            return RetentionDecision("protect", until, value, then)
+    raise PolicyError(f"malformed retention decision {obj!r}")
+
+
+def parse_priority(obj: Any) -> int:
+    if isinstance(obj, bool):
+        raise PolicyError("priority must be an int, got bool")
+    if isinstance(obj, float):
+        if not math.isfinite(obj):
+            raise PolicyError(f"priority must be finite, got {obj}")
+        obj = int(round(obj))
+    if not isinstance(obj, int):
+        raise PolicyError(f"priority must be an int, got {type(obj).__name__}")
+    return min(PRIORITY_MAX, max(PRIORITY_MIN, obj))
+
+
+def parse_instance(obj: Any, n: int) -> int:
+    if isinstance(obj, bool) or not isinstance(obj, int):
+        raise PolicyError(f"routing must return an instance index (int), got {type(obj).__name__}")
+    if not 0 <= obj < n:
+        raise PolicyError(f"routing returned instance {obj}, valid range is 0..{n - 1}")
+    return obj

@@ -1,0 +1,164 @@
+"""The discrete-event loop that wires the planes together, and `simulate()`, the entry point.
+
+Data flows one way: workload -> orchestrator -> dispatch -> instance -> retention -> metrics.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from typing import Any, Sequence
+
+from .config import Cell, get_cell
+from .instance import Instance
+from .kv import KVManager
+from .metrics import SimResult, collect
+from .orchestrator import Orchestrator, ViewHook
+from .dispatch import DispatchPlane
+from .retention import RetentionPlane
+from .policies.registry import load_policy
+from .workload import Program, WorkloadError, load_programs, poisson_arrivals
+
+ARRIVAL, STEP_DONE, RELEASE = 0, 1, 2
+
+
+class SimulationError(RuntimeError):
+    """The simulation cannot run (workload does not fit the cell, a policy failed)."""
+
+
+def cell_programs(cell: Cell, seed: int) -> list[Program]:
+    """The cell's workload: generated from its seed, or read from a trace file."""
+    wl = cell.workload
+    if wl.kind == "file":
+        progs = load_programs(wl.path)  # type: ignore[arg-type]
+        return progs[: wl.programs] if wl.programs else progs
+    from .generators import generate  # local: generators pull in their parameter files
+    return generate(wl.kind, wl.programs, seed)  # type: ignore[arg-type]
+
+
+def _check_fits(programs: Sequence[Program], cell: Cell) -> None:
+    pool = cell.kv_pool_tokens
+    for p in programs:
+        for k, c in enumerate(p.calls):
+            need = c.prompt_tokens + c.output_tokens
+            if need > pool:
+                raise SimulationError(
+                    f"program '{p.program_id}' call {k}: context of {need} tokens can never fit the "
+                    f"KV pool of cell '{cell.name}' ({pool} tokens)")
+
+
+def _policy_label(spec: Any, obj: Any) -> str:
+    if isinstance(spec, str):
+        return spec
+    return getattr(obj, "name", "") or type(obj).__name__
+
+
+class Simulation:
+    def __init__(self, cell: Cell, programs: Sequence[Program], arrivals: Sequence[float],
+                 retention: Any, scheduling: Any, routing: Any,
+                 decision_log: list | None = None, view_hook: ViewHook | None = None) -> None:
+        from .perf import build_perf_model
+        self.cell = cell
+        eng = cell.engine
+        mode = dict(getattr(scheduling, "engine_args", {}) or {}).get("scheduling_policy", eng.scheduling_policy)
+        if mode not in ("fcfs", "priority"):
+            raise SimulationError(f"scheduling policy asks for unknown engine scheduling_policy '{mode}'")
+        perf = build_perf_model(cell)
+        blocks = cell.kv_pool_tokens // eng.block_size
+        host_tokens = int(cell.hardware.host_kv_gib * 2**30 // cell.model.kv_bytes_per_token)
+        self.instances = [
+            Instance(i, KVManager(blocks, eng.block_size, host_tokens // eng.block_size), perf,
+                     max_num_seqs=eng.max_num_seqs, max_num_batched_tokens=eng.max_num_batched_tokens,
+                     scheduling_policy=mode)
+            for i in range(cell.instances)]
+        self.orch = Orchestrator(programs, arrivals, self.instances,
+                                 DispatchPlane(routing, scheduling, self.instances, decision_log),
+                                 RetentionPlane(retention, self.instances, decision_log), view_hook)
+        self._events: list[tuple[float, int, int, Any]] = []
+        self._seq = itertools.count()
+        self._relevant: list[float] = []   # times of events that can change an instance's batch
+        self.events = 0
+
+    def _push(self, t: float, kind: int, payload: Any, relevant: bool = True) -> None:
+        heapq.heappush(self._events, (t, next(self._seq), kind, payload))
+        if relevant:
+            heapq.heappush(self._relevant, t)
+
+    def _horizon(self, now: float) -> float:
+        rel = self._relevant
+        while rel and rel[0] <= now:
+            heapq.heappop(rel)
+        return rel[0] if rel else math.inf
+
+    def _kick(self, inst: Instance, now: float) -> None:
+        end, finished = inst.step(now, self._horizon(now))
+        inst.stepping = True
+        self._push(end, STEP_DONE, (inst, finished), relevant=bool(finished))
+
+    def run(self) -> None:
+        orch = self.orch
+        for pcb in orch.pcbs:
+            self._push(pcb.arrival_s, ARRIVAL, pcb)
+        ev = self._events
+        idle_ready: set[int] = set()
+        while ev:
+            now, _, kind, payload = heapq.heappop(ev)
+            self.events += 1
+            if kind == STEP_DONE:
+                inst, finished = payload
+                inst.stepping = False
+                for req in finished:
+                    inst.running.remove(req)
+                    nxt = orch.complete(req, now)
+                    if nxt is not None:
+                        self._push(nxt, RELEASE, orch.pcbs[req.pid])
+                if inst.busy():
+                    idle_ready.add(inst.index)
+            else:  # ARRIVAL or RELEASE: both release the program's next call (Eq. 2)
+                inst = orch.release(payload, now)
+                if not inst.stepping:
+                    idle_ready.add(inst.index)
+            if idle_ready and (not ev or ev[0][0] > now):
+                for i in sorted(idle_ready):
+                    inst = self.instances[i]
+                    if not inst.stepping and inst.busy():
+                        self._kick(inst, now)
+                idle_ready.clear()
+
+
+def simulate(cell: Cell | str, programs: Sequence[Program] | None = None, retention: Any = None,
+             scheduling: Any = None, routing: Any = None, seed: int | None = None,
+             decision_log: list | None = None, view_hook: ViewHook | None = None,
+             arrivals: Sequence[float] | None = None) -> SimResult:
+    """Simulate one cell under one policy combination.
+
+    Policies are shipped names, policy-file paths or policy objects; None takes the
+    cell's default. `seed` draws the workload (if generated) and the Poisson arrivals;
+    every policy gets the same draw (common random numbers).
+    """
+    t0 = time.perf_counter()
+    if isinstance(cell, str):
+        cell = get_cell(cell)
+    seed = cell.seed if seed is None else seed
+    specs = {"retention": retention or cell.policies.retention,
+             "scheduling": scheduling or cell.policies.scheduling,
+             "routing": routing or cell.policies.routing}
+    pol = {axis: load_policy(axis, spec) for axis, spec in specs.items()}
+    progs = list(programs) if programs is not None else cell_programs(cell, seed)
+    if not progs:
+        raise WorkloadError("workload has no programs")
+    _check_fits(progs, cell)
+    if arrivals is None:
+        arrivals = poisson_arrivals(len(progs), cell.rate_jps, seed)
+    sim = Simulation(cell, progs, arrivals, pol["retention"], pol["scheduling"], pol["routing"],
+                     decision_log, view_hook)
+    sim.run()
+    unfinished = [p.program_id for p in sim.orch.pcbs if p.finished_s is None]
+    if unfinished:
+        raise SimulationError(f"{len(unfinished)} programs never finished (first: {unfinished[0]}): engine stalled")
+    labels = {axis: _policy_label(specs[axis], pol[axis]) for axis in pol}
+    res = collect(cell, sim.orch.pcbs, sim.orch.requests, sim.instances, labels, seed,
+                  time.perf_counter() - t0, sim.events)
+    res.release_times = sim.orch.release_times
+    return res
