@@ -1,0 +1,394 @@
+"""Performance model: one engine step (a batch) -> wall time in seconds.
+
+step = kernels + TP all-reduce + host overhead, all per GPU (TP ranks run in lockstep):
+- kernels: per-layer dense ops x layers + embedding + final norm (dense.csv, by token count),
+  lm_head + sampler (per_sequence.csv, by sequences sampled = decodes + prefills: vLLM v1
+  computes logits for every scheduled request), attention x layers (attention.csv grid).
+- all-reduce: 2 per layer of tokens x hidden x 2 B at an effective bandwidth, plus a
+  per-all-reduce latency, both fitted from step_overhead.csv where TP > 1.
+- host overhead: step_overhead.csv's overhead_us, smoothed (see _Overhead).
+Missing tables fall back to simcore.roofline, part by part.
+
+Batch shape conventions: decode sequences are represented by their mean context (the
+attention table has n_decode sequences of equal context; decode attention is linear in
+total KV read, so the mean is exact up to interpolation). Several prefills: the largest
+is looked up jointly with the decodes (one varlen kernel in vLLM); each further prefill
+adds its own prefill-only attention minus the table's launch floor, since it rides in
+the same kernel launch. Dense ops use the total token count.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simcore.config import Cell, HardwareSpec, ModelSpec, profiles_root
+from simcore.roofline import STEP_OVERHEAD_US, Roofline
+
+DENSE_OPS = ("qkv_proj", "rotary_emb", "o_proj", "gate_up_proj", "act_fn", "down_proj")
+ATTN_AXES = ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode")
+
+
+class PerfTableError(ValueError):
+    """A profiled table that is missing or malformed; the message is one line with the path."""
+
+
+def read_table(path: Path, columns: Sequence[str]) -> pd.DataFrame:
+    """Load a CSV, checking the columns are present, numeric, finite and non-negative."""
+    try:
+        df = pd.read_csv(path)
+    except FileNotFoundError:
+        raise PerfTableError(f"{path}: table file not found") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise PerfTableError(f"{path}: unreadable CSV ({str(e).splitlines()[0]})") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing or df.empty:
+        raise PerfTableError(f"{path}: missing columns {missing}" if missing else f"{path}: no rows")
+    for c in columns:
+        if c == "layer":
+            continue
+        vals = pd.to_numeric(df[c], errors="coerce")
+        if vals.isna().any() or not np.isfinite(vals).all():
+            raise PerfTableError(f"{path}: column '{c}' has non-numeric values (row {int(vals.isna().idxmax()) + 2})")
+        if c != "overhead_us" and (vals < 0).any():
+            raise PerfTableError(f"{path}: column '{c}' has negative values")
+        df[c] = vals
+    return df
+
+
+def isotonic(y: np.ndarray) -> np.ndarray:
+    """Least-squares non-decreasing fit (pool adjacent violators); points already in order stay put."""
+    vals, counts = [], []
+    for v in map(float, y):
+        vals.append(v)
+        counts.append(1)
+        while len(vals) > 1 and vals[-2] > vals[-1]:
+            n = counts[-2] + counts[-1]
+            vals[-2] = (vals[-2] * counts[-2] + vals[-1] * counts[-1]) / n
+            counts[-2] = n
+            del vals[-1], counts[-1]
+    return np.repeat(vals, counts)
+
+
+def _extend(x: np.ndarray, y: np.ndarray, n: int) -> list[float]:
+    """y at integers 0..n-1 by linear interpolation; beyond x[-1] the last octave's slope."""
+    grid = np.arange(n, dtype=float)
+    out = np.interp(grid, x, y)
+    hi = grid > x[-1]
+    if hi.any():
+        j = int(np.searchsorted(x, x[-1] / 2))
+        slope = (y[-1] - y[j]) / max(x[-1] - x[j], 1.0)
+        out[hi] = y[-1] + slope * (grid[hi] - x[-1])
+    return out.tolist()
+
+
+class _Grid:
+    """Multilinear interpolation on the 4-D attention grid, memoised per grid cell.
+
+    Raw (not log) axes: decode attention ~ n x kv is bilinear, so a cell's interpolant is
+    exact for it; beyond the last grid line the last cell extrapolates linearly.
+    """
+
+    def __init__(self, axes: list[list[float]], values: np.ndarray):
+        self.axes, self.values = axes, values
+        self._cells: dict[tuple[int, ...], tuple[float, ...]] = {}
+        self.floor = float(values.min())
+
+    def _cell(self, idx: tuple[int, ...]) -> tuple[float, ...]:
+        c = self._cells.get(idx)
+        if c is None:
+            block = self.values[tuple(slice(i, i + 2) for i in idx)]
+            c = self._cells[idx] = tuple(block.ravel().tolist())
+        return c
+
+    def __call__(self, *point: float) -> float:
+        idx, w = [], []
+        for ax, x in zip(self.axes, point):
+            i = min(max(bisect.bisect_right(ax, x) - 1, 0), len(ax) - 2)
+            idx.append(i)
+            w.append((x - ax[i]) / (ax[i + 1] - ax[i]))
+        vals = self._cell(tuple(idx))
+        for wi in reversed(w):   # collapse the last axis first (C order of `vals`)
+            vals = [a + wi * (b - a) for a, b in zip(vals[0::2], vals[1::2])]
+        return vals[0]
+
+
+def load_attention(path: Path) -> _Grid:
+    """attention.csv -> full 4-D grid; cells the profiler skips are filled by their meaning:
+    chunk 0 ignores kv_prefill, n_decode 0 ignores kv_decode, a decode context below 16 is
+    treated as 16, n_decode beyond the grid (256 with a prefill) extrapolates linearly.
+    The decode-only and prefill-only slices are made non-decreasing (isotonic; they differ
+    from monotone by measurement noise of ~1-3 %); mixed cells stay as measured, since the
+    fused kernel's split heuristics make some of them genuinely non-monotone (RTX: up to 30 %)."""
+    df = read_table(path, (*ATTN_AXES, "time_us"))
+    axes = [sorted(df[a].unique().tolist()) for a in ATTN_AXES]
+    shape = tuple(len(a) for a in axes)
+    if min(shape) < 2 or axes[0][0] != 0 or axes[2][0] != 0:
+        raise PerfTableError(f"{path}: expected a grid starting at 0 with >= 2 points per axis")
+    pos = [{v: i for i, v in enumerate(a)} for a in axes]
+    vals = np.full(shape, np.nan)
+    for row in df[[*ATTN_AXES, "time_us"]].itertuples(index=False):
+        vals[tuple(p[v] for p, v in zip(pos, row[:4]))] = row[4]
+    vals[:, :, 1:, 0] = vals[:, :, 1:, 1]           # decode context 0 -> smallest measured
+    vals[0, 0, 0, :] = np.nanmin(vals)              # empty batch: launch floor only
+    vals[0, :] = vals[0, :1]                        # no prefill: kv_prefill irrelevant
+    vals[:, :, 0, :] = vals[:, :, 0, :1]            # no decode: kv_decode irrelevant
+    for n in range(2, shape[2]):                    # missing n_decode rows: extrapolate
+        gap = np.isnan(vals[:, :, n, :])
+        vals[:, :, n, :][gap] = (2 * vals[:, :, n - 1, :] - vals[:, :, n - 2, :])[gap]
+    dec = np.apply_along_axis(isotonic, 0, np.apply_along_axis(isotonic, 1, vals[0, 0]))
+    pre = np.apply_along_axis(isotonic, 0, np.apply_along_axis(isotonic, 1, vals[:, :, 0, 0]))
+    vals[0, :] = dec
+    vals[:, :, 0, :] = pre[:, :, None]
+    if np.isnan(vals).any():
+        raise PerfTableError(f"{path}: grid has holes that cannot be filled")
+    return _Grid([[float(v) for v in a] for a in axes], vals)
+
+
+class _Overhead:
+    """Host overhead (us) by (prefill tokens, n_decode) from step_overhead.csv.
+
+    Per profiled chunk a least-squares line in n_decode (rows at one chunk scatter by up to
+    +-3 ms at small chunks on B200, so a line is kept rather than every wiggle), evaluated
+    only inside that chunk's n_decode range; linear in the chunk between profiled chunks,
+    last segment's slope beyond. Negative values are kept: decode rows on B200 8B are
+    consistently -0.3..-0.6 ms (the per-op profile overstates a step), clamping them would
+    bias TPOT by ~10 %. Duplicate (chunk, n_decode) rows: the faster run is kept.
+    """
+
+    def __init__(self, df: pd.DataFrame):
+        df = df.sort_values("wall_us").drop_duplicates(["prefill_chunk", "n_decode"])
+        self.rows = df.sort_values(["prefill_chunk", "n_decode"]).reset_index(drop=True)
+        self.chunks: list[float] = []
+        self.lines: list[tuple[float, float, float, float]] = []   # (a, b, n_lo, n_hi)
+        for c, g in self.rows.groupby("prefill_chunk"):
+            n, o = g["n_decode"].to_numpy(float), g["overhead_us"].to_numpy(float)
+            b = float(np.polyfit(n, o, 1)[0]) if len(set(n)) > 1 else 0.0
+            self.chunks.append(float(c))
+            self.lines.append((float(o.mean() - b * n.mean()), b, float(n.min()), float(n.max())))
+
+    def _at(self, j: int, n: float) -> float:
+        a, b, lo, hi = self.lines[j]
+        return a + b * min(max(n, lo), hi)
+
+    def __call__(self, prefill_tokens: float, n_decode: float) -> float:
+        ch = self.chunks
+        if len(ch) == 1:
+            return self._at(0, n_decode)
+        j = min(max(bisect.bisect_right(ch, prefill_tokens) - 1, 0), len(ch) - 2)
+        w = (prefill_tokens - ch[j]) / (ch[j + 1] - ch[j])
+        lo, hi = self._at(j, n_decode), self._at(j + 1, n_decode)
+        return lo + w * (hi - lo)
+
+
+def fit_allreduce(rows: pd.DataFrame, model: ModelSpec) -> tuple[float, float]:
+    """(effective GB/s, intercept us per all-reduce) from the residual wall - kernel - overhead
+    of step_overhead rows, by least squares against bytes per all-reduce."""
+    n_ar = 2 * model.layers
+    resid = (rows["wall_us"] - rows["kernel_us"] - rows["overhead_us"]).to_numpy(float) / n_ar
+    nbytes = (rows["prefill_chunk"] + rows["n_decode"]).to_numpy(float) * model.hidden * 2
+    slope, icept = np.polyfit(nbytes, resid, 1)
+    return float(1e-3 / slope), float(icept)
+
+
+class PerfModel:
+    """Step times for one (hardware, model, tp); see the module docstring for the model."""
+
+    MAX_TOKENS = 1 << 16     # dense lookup array length; beyond it, computed on the fly
+
+    def __init__(self, hw: HardwareSpec, model: ModelSpec, tp: int, folder: Path | None = None,
+                 attention_from: tuple[Path, ModelSpec] | None = None):
+        self.hw, self.model, self.tp = hw, model, tp
+        self.roof = Roofline(hw, model, tp)
+        self.layers = model.layers
+        parts = {}
+        have = lambda name: folder is not None and (folder / name).exists()   # noqa: E731
+        # Dense ops: per-GPU step total at every token count, isotonic in tokens.
+        if folder is not None:
+            d = read_table(folder / "dense.csv", ("layer", "tokens", "time_us"))
+            p = d.pivot_table(index="tokens", columns="layer", values="time_us", aggfunc="mean")
+            miss = [op for op in (*DENSE_OPS, "layernorm", "embedding", "final_layernorm") if op not in p.columns]
+            if miss or p.isna().any().any():
+                raise PerfTableError(f"{folder / 'dense.csv'}: missing ops {miss or 'at some token counts'}")
+            self.dense_ops = p
+            total = self.layers * (p[list(DENSE_OPS)].sum(axis=1) + 2 * p["layernorm"]) \
+                + p["embedding"] + p["final_layernorm"]   # Llama: two RMSNorms per layer
+            x = p.index.to_numpy(float)
+            self._dense = _extend(np.concatenate([[0.0], x]), np.concatenate([[0.0], isotonic(total.to_numpy())]),
+                                  self.MAX_TOKENS)
+            parts["dense"] = "profile"
+        else:
+            # piecewise linear in tokens (max of lines): every count to 256, then every 16th
+            x = np.unique(np.concatenate([np.arange(0, 257), np.arange(256, 16385, 16)])).astype(float)
+            y = np.array([self.roof.dense_step_us(t) if t else 0.0 for t in x])
+            self._dense = _extend(x, y, self.MAX_TOKENS)
+            parts["dense"] = "roofline"
+        # lm_head + sampler by sequences sampled.
+        if have("per_sequence.csv"):
+            s = read_table(folder / "per_sequence.csv", ("layer", "sequences", "time_us"))
+            q = s.pivot_table(index="sequences", columns="layer", values="time_us", aggfunc="mean")
+            if {"lm_head", "sampler"} - set(q.columns) or q.isna().any().any():
+                raise PerfTableError(f"{folder / 'per_sequence.csv'}: needs lm_head and sampler at every count")
+            x = np.concatenate([[0.0], q.index.to_numpy(float)])
+            self._seq = _extend(x, np.concatenate([[0.0], isotonic((q["lm_head"] + q["sampler"]).to_numpy())]), 4097)
+            parts["per_sequence"] = "profile"
+        else:
+            self._seq = [0.0] + [self.roof.per_sequence_us(s) for s in range(1, 4097)]
+            parts["per_sequence"] = "roofline"
+        # Attention grid: own table, a sibling model's table rescaled, or the roofline.
+        self.attn: _Grid | None = None
+        if have("attention.csv"):
+            self.attn = load_attention(folder / "attention.csv")
+            parts["attention"] = "profile"
+        elif attention_from is not None:
+            self.attn = rescale_attention(load_attention(attention_from[0]), attention_from[1], model)
+            parts["attention"] = f"profile rescaled from {attention_from[1].key}"
+        else:
+            parts["attention"] = "roofline"
+        # All-reduce and host overhead.
+        self.ar_gbs, self.ar_lat_us = hw.allreduce_gbs, 0.0
+        if folder is not None:
+            so = read_table(folder / "step_overhead.csv", ("prefill_chunk", "n_decode", "wall_us", "kernel_us",
+                                                           "overhead_us"))
+            self.overhead = _Overhead(so)
+            if tp > 1:
+                gbs, icept = fit_allreduce(self.overhead.rows, model)
+                self.ar_gbs, self.ar_lat_us = gbs, max(icept, 0.0)
+            parts["overhead"] = "profile"
+        else:
+            self.overhead = lambda prefill_tokens, n_decode: STEP_OVERHEAD_US   # noqa: E731
+            parts["overhead"] = "roofline"
+        self.parts = parts
+        kinds = {"roofline" if v == "roofline" else "profile" for v in parts.values()}
+        self.source = kinds.pop() if len(kinds) == 1 else "profile+roofline"
+        self._n_ar = 2 * self.layers if tp > 1 else 0
+        self._ar_us_per_token = model.hidden * 2 / (self.ar_gbs * 1e3)
+        self._lines: dict[int, tuple[list[float], list[float], list[float], float]] = {}
+        if self.attn is not None:   # prefill-only slice, for the second and later prefills of a step
+            self._attn_prefill = _Grid(self.attn.axes[:2], self.attn.values[:, :, 0, 0])
+
+    # -- parts (microseconds, per GPU) -------------------------------------------------
+    def dense_us(self, tokens: int) -> float:
+        if tokens < self.MAX_TOKENS:
+            return self._dense[tokens]
+        return self._dense[-1] + (self._dense[-1] - self._dense[-2]) * (tokens - self.MAX_TOKENS + 1)
+
+    def seq_us(self, seqs: int) -> float:
+        return self._seq[seqs] if seqs < len(self._seq) else self._seq[-1] * seqs / (len(self._seq) - 1)
+
+    def attention_layer_us(self, chunk: float, kv_prefill: float, n_decode: float, kv_decode: float) -> float:
+        if self.attn is not None:
+            return self.attn(chunk, kv_prefill, n_decode, kv_decode)
+        return self.roof.attention_us(chunk, kv_prefill, n_decode, kv_decode)
+
+    def _prefill_extra_us(self, chunk: float, cached: float) -> float:
+        if self.attn is not None:
+            return self._attn_prefill(chunk, cached) - self.attn.floor
+        return self.roof.attention_us(chunk, cached, 0, 0) - self.roof.p.floor_us
+
+    def comm_us(self, tokens: int) -> float:
+        return self._n_ar * (self.ar_lat_us + tokens * self._ar_us_per_token)
+
+    def _decode_line(self, n: int) -> tuple[list[float], list[float], list[float], float]:
+        """Decode-only step for n sequences as a piecewise-linear function of the mean
+        context v: (breaks, value at break, slope after break) for one layer's attention,
+        plus everything that does not depend on v. Memoised per n."""
+        line = self._lines.get(n)
+        if line is None:
+            if self.attn is not None:
+                br = self.attn.axes[3]
+            else:
+                br = sorted({0.0, *self.roof.decode_kv_breaks(n), 2.0 ** 17})
+            g = [self.attention_layer_us(0, 0, n, v) for v in br]
+            sl = [(g[j + 1] - g[j]) / (br[j + 1] - br[j]) for j in range(len(br) - 1)]
+            fixed = self.dense_us(n) + self.seq_us(n) + self.comm_us(n) + self.overhead(0, n)
+            line = self._lines[n] = (br, g, sl + sl[-1:], fixed)
+        return line
+
+    def kernel_us(self, prefills: Sequence[tuple[int, int]], n_decode: int, decode_kv_sum: int) -> float:
+        tokens = n_decode + sum(p[0] for p in prefills)
+        kv_mean = decode_kv_sum / n_decode if n_decode else 0.0
+        if prefills:
+            ordered = sorted(prefills, reverse=True)
+            attn = self.attention_layer_us(ordered[0][0], ordered[0][1], n_decode, kv_mean)
+            attn += sum(self._prefill_extra_us(c, k) for c, k in ordered[1:])
+        else:
+            attn = self.attention_layer_us(0, 0, n_decode, kv_mean)
+        return self.dense_us(tokens) + self.seq_us(n_decode + len(prefills)) + self.layers * attn
+
+    # -- interface ------------------------------------------------------------------------
+    def step_time(self, prefills: Sequence[tuple[int, int]], n_decode: int, decode_kv_sum: int) -> float:
+        """Seconds for one engine step (see module docstring for how the batch is combined)."""
+        if not prefills:   # decode-only fast path (the bulk of the calls)
+            if n_decode <= 0:
+                return 0.0
+            br, g, sl, fixed = self._lines.get(n_decode) or self._decode_line(n_decode)
+            v = decode_kv_sum / n_decode
+            j = bisect.bisect_right(br, v) - 1
+            return (fixed + self.layers * (g[j] + (v - br[j]) * sl[j])) * 1e-6
+        tokens = n_decode + sum(p[0] for p in prefills)
+        us = self.kernel_us(prefills, n_decode, decode_kv_sum) + self.comm_us(tokens)
+        return (us + self.overhead(tokens - n_decode, n_decode)) * 1e-6
+
+    def decode_steps_time(self, n_decode: int, decode_kv_sum: int, steps: int) -> float:
+        """Sum of `steps` decode-only steps, the mean context growing by one per step.
+
+        Everything but attention is constant, and attention is piecewise linear in the mean
+        context (bilinear grid cells, or the roofline's max of lines), so the sum is exact
+        per linear piece: count x value at the piece's mean context. O(pieces crossed)."""
+        if steps <= 0 or n_decode <= 0:
+            return 0.0
+        br, g, sl, fixed = self._lines.get(n_decode) or self._decode_line(n_decode)
+        v0 = decode_kv_sum / n_decode
+        total, k = 0.0, 0
+        while k < steps:
+            j = bisect.bisect_right(br, v0 + k) - 1
+            # last step k' whose context v0 + k' is still before the next break
+            end = steps - 1 if j + 1 >= len(br) else min(steps - 1, max(k, math.ceil(br[j + 1] - v0) - 1))
+            cnt = end - k + 1
+            total += cnt * (g[j] + (v0 + 0.5 * (k + end) - br[j]) * sl[j])
+            k = end + 1
+        return (steps * fixed + self.layers * total) * 1e-6
+
+    def kv_transfer_time(self, tokens: int) -> float:
+        """Host<->device copy of `tokens` tokens of KV; each GPU moves its 1/tp share in parallel."""
+        return tokens * self.model.kv_bytes_per_token / self.tp / (self.hw.host_link_gbs * 1e9)
+
+
+def rescale_attention(src: _Grid, src_model: ModelSpec, model: ModelSpec) -> _Grid:
+    """Another model's attention grid on the same device, rescaled per term: the prefill part
+    (compute-bound) by query heads x head_dim, the decode part (KV-read-bound) by kv_heads x
+    head_dim; the launch floor is kept."""
+    r_q = model.heads * model.head_dim / (src_model.heads * src_model.head_dim)
+    r_kv = model.kv_heads * model.head_dim / (src_model.kv_heads * src_model.head_dim)
+    v, floor = src.values, src.floor
+    prefill_only = v[:, :, :1, :1]
+    out = floor + (prefill_only - floor) * r_q + (v - prefill_only) * r_kv
+    out[0] = floor + (v[0] - floor) * r_kv         # chunk 0: decode only
+    return _Grid(src.axes, out)
+
+
+def profile_folder(hw: HardwareSpec, model: ModelSpec, tp: int) -> Path | None:
+    if not hw.profile:
+        return None
+    folder = profiles_root() / hw.profile / model.hf_name / "bf16" / f"tp{tp}"
+    return folder if folder.is_dir() else None
+
+
+def build_perf_model(cell: Cell) -> PerfModel:
+    """The profiled tables for the cell's (hardware, model, tp) if they exist, else the roofline."""
+    from simcore.config import model_catalog
+    hw, model, tp = cell.hardware, cell.model, cell.tp
+    folder = profile_folder(hw, model, tp)
+    donor = None
+    if folder is None or not (folder / "attention.csv").exists():
+        for other in model_catalog().values():       # same device, another model's attention grid
+            f = profile_folder(hw, other, 1) if other.key != model.key else None
+            if f is not None and (f / "attention.csv").exists() and other.kv_heads == model.kv_heads:
+                donor = (f / "attention.csv", other)
+                break
+    return PerfModel(hw, model, tp, folder, donor if folder is not None and tp == 1 else None)
