@@ -49,6 +49,7 @@ class Instance:
         self.hit_tokens = 0
         self.usage_t: list[float] = []
         self.usage_u: list[float] = []
+        self.inflight_n: list[int] = []   # running + waiting at each step start
 
     # ------------------------------------------------------------------ queue
     @property
@@ -193,6 +194,7 @@ class Instance:
         self.steps += window
         self.usage_t.append(now)
         self.usage_u.append(kv.usage())
+        self.inflight_n.append(len(running) + self.num_waiting)
 
         # ---- apply tokens
         finished = []

@@ -253,3 +253,16 @@ class KVManager:
             self.take_host(old)
         self.host[e.pid] = n
         self.host_used += n
+
+    # ---------------------------------------------------------------- checking
+    def audit(self, held_by_requests: int) -> None:
+        """Raise AssertionError if the block accounting is inconsistent (used by tests)."""
+        blank = sum(cnt for _, _, e, cnt in self._free if e is None)
+        cached_free = sum(e.blocks for e in self.entries.values() if e.state == FREE)
+        cached_prot = sum(e.blocks for e in self.entries.values() if e.state == PROTECTED)
+        assert self.num_free == blank + cached_free, (self.num_free, blank, cached_free)
+        assert self.num_protected == cached_prot, (self.num_protected, cached_prot)
+        assert self.num_used == held_by_requests, (self.num_used, held_by_requests)
+        assert 0 <= self.num_used <= self.num_blocks
+        assert self.num_free >= 0 and self.num_protected >= 0
+        assert self.host_used == sum(self.host.values()) <= max(self.host_blocks, 0)

@@ -1,0 +1,227 @@
+"""`evolve`: the one console script.
+
+    evolve --axis scheduling --cell rtx70b_swe_0.1     the search (search/)
+    evolve cells | policies                             what exists
+    evolve simulate --cell C [--retention P] ...        one policy combination
+    evolve sweep --cell C --retention a,b --scheduling x,y   the paper's Table 1 form
+    evolve workload ... | check ... | resume ... | runs ... (registered by their packages)
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, Callable, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from .config import ConfigError, cell_catalog, get_cell
+from .policies.base import PolicyError
+from .policies.registry import AXES, policy_names
+from .sim import SimulationError, simulate
+from .workload import WorkloadError, load_programs
+
+# Subcommands owned by other packages: name -> module exposing register(subparsers)
+# (which adds the parser and sets `func`). Missing modules are skipped, so a partial
+# install still runs the simulator.
+EXTERNAL = {
+    "workload": "simcore.workload_cli",
+    "check": "sandbox.check",
+    "resume": "search.cli",
+    "runs": "search.runs_cli",
+}
+USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, WorkloadError, PolicyError, SimulationError,
+                                                 FileNotFoundError)
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _cmd_cells(args: argparse.Namespace) -> int:
+    cells = cell_catalog()
+    if args.json:
+        print(json.dumps({n: {"hardware": c.hardware.key, "model": c.model.key, "tp": c.tp,
+                              "instances": c.instances, "kv_pool_tokens": c.kv_pool_tokens,
+                              "workload": c.workload.model_dump(exclude_none=True), "rate_jps": c.rate_jps}
+                          for n, c in sorted(cells.items())}))
+        return 0
+    t = Table(title="cells")
+    for col in ("cell", "hardware", "model", "TP", "inst", "KV pool (tok)", "workload", "rate (JPS)"):
+        t.add_column(col)
+    for n, c in sorted(cells.items()):
+        wl = c.workload
+        t.add_row(n, c.hardware.key, c.model.key, str(c.tp), str(c.instances), f"{c.kv_pool_tokens:,}",
+                  f"{wl.kind} x{wl.programs}" if wl.programs else f"{wl.kind}", f"{c.rate_jps:g}")
+    console.print(t)
+    return 0
+
+
+def _cmd_policies(args: argparse.Namespace) -> int:
+    if args.json:
+        print(json.dumps({axis: policy_names(axis) for axis in AXES}))
+        return 0
+    t = Table(title="shipped policies")
+    t.add_column("axis")
+    t.add_column("policies")
+    for axis in AXES:
+        t.add_row(axis, ", ".join(policy_names(axis)))
+    console.print(t)
+    return 0
+
+
+def _summary_table(title: str, s: dict[str, Any]) -> Table:
+    t = Table(title=title, show_header=False)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    rows = [("programs / calls", f"{s['programs']} / {s['calls']}"),
+            ("mean JCT", f"{s['mean_jct_s']:.1f} s"), ("p50 / p99 JCT", f"{s['p50_jct_s']:.1f} / {s['p99_jct_s']:.1f} s"),
+            ("makespan", f"{s['makespan_s']:.1f} s"), ("mean queueing / call", f"{s['mean_queueing_s']:.2f} s"),
+            ("mean TTFT / TPOT", f"{s['mean_ttft_s'] * 1e3:.1f} / {s['mean_tpot_s'] * 1e3:.2f} ms"),
+            ("preemptions", str(s["preemptions"])), ("prefix hit rate", f"{s['prefix_hit_rate']:.1%}"),
+            ("throughput", f"{s['throughput_tok_s']:.1f} tok/s"), ("mean KV utilisation", f"{s['mean_kv_utilization']:.1%}"),
+            ("energy", f"{s['energy_kj']:.0f} kJ"), ("engine steps / events", f"{s['engine_steps']} / {s['events']}"),
+            ("wall", f"{s['wall_s']:.2f} s")]
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+def _load_policy_arg(axis: str, spec: str | None, trusted: bool) -> Any:
+    """Shipped names pass through; files go through the sandbox unless --trusted."""
+    if spec is None or spec in policy_names(axis) or trusted:
+        return spec
+    try:
+        client = importlib.import_module("sandbox.client")
+    except ImportError:
+        return spec
+    from pathlib import Path
+    p = Path(spec)
+    if not p.is_file():
+        raise PolicyError(f"unknown {axis} policy '{spec}'; shipped: {', '.join(policy_names(axis))} "
+                          "(or a path to a policy .py file)")
+    return client.load_sandboxed_policy(p.read_text(encoding="utf-8"), axis)
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    cell = get_cell(args.cell)
+    programs = load_programs(args.workload) if args.workload else None
+    pols = {axis: _load_policy_arg(axis, getattr(args, axis), args.trusted) for axis in AXES}
+    res = simulate(cell, programs=programs, seed=args.seed, **pols)
+    if args.out:
+        res.write(args.out)
+    if args.json:
+        print(json.dumps(res.to_json()))
+    else:
+        pol = res.policies
+        console.print(_summary_table(f"{cell.name}: retention={pol['retention']} scheduling={pol['scheduling']}"
+                                     f" routing={pol['routing']} seed={res.seed}", res.summary))
+        if args.out:
+            console.print(f"results written to {args.out}")
+    return 0
+
+
+def _sweep_point(job: tuple[str, str, str, int | None, str | None]) -> dict[str, Any]:
+    cell, ret, sch, seed, wl = job
+    programs = load_programs(wl) if wl else None
+    return simulate(cell, programs=programs, retention=ret, scheduling=sch, seed=seed).to_json()
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    cell = get_cell(args.cell)
+    rets = [x for x in args.retention.split(",") if x]
+    schs = [x for x in args.scheduling.split(",") if x]
+    for axis, names in (("retention", rets), ("scheduling", schs)):
+        for n in names:
+            if n not in policy_names(axis):
+                raise PolicyError(f"unknown {axis} policy '{n}'; shipped: {', '.join(policy_names(axis))}")
+    points = [(r, s) for r in rets for s in schs]
+    base = ("cache-lru", "fcfs")
+    jobs = [(cell.name, r, s, args.seed, args.workload) for r, s in ([base] + [p for p in points if p != base])]
+    run: Callable[..., Any]
+    if args.jobs > 1:
+        import multiprocessing as mp
+        with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as ex:
+            results = list(ex.map(_sweep_point, jobs))
+    else:
+        results = [_sweep_point(j) for j in jobs]
+    by = {(j[1], j[2]): r for j, r in zip(jobs, results)}
+    b = by[base]["mean_jct_s"]
+    table = {f"{r}+{s}": {"mean_jct_s": by[(r, s)]["mean_jct_s"],
+                          "delta_vs_lru_fcfs": by[(r, s)]["mean_jct_s"] / b - 1.0} for r, s in points}
+    if args.json:
+        print(json.dumps({"cell": cell.name, "baseline": "cache-lru+fcfs", "baseline_mean_jct_s": b,
+                          "points": table, "details": {f"{r}+{s}": v for (r, s), v in by.items()}}))
+        return 0
+    t = Table(title=f"{cell.name}: change in mean JCT vs cache-lru + fcfs ({b:,.0f} s); lower is better")
+    t.add_column("retention \\ scheduling")
+    for s in schs:
+        t.add_column(s, justify="right")
+    for r in rets:
+        t.add_row(r, *[f"{table[f'{r}+{s}']['delta_vs_lru_fcfs']:+.1%}" for s in schs])
+    console.print(t)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="evolve", description="AgentServeSim: simulate agent serving policies "
+                                "and evolve better ones. Run `evolve --axis A --cell C` to search.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    c = sub.add_parser("cells", help="list cells")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=_cmd_cells)
+    c = sub.add_parser("policies", help="list shipped policies")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=_cmd_policies)
+    c = sub.add_parser("simulate", help="simulate one policy combination on a cell")
+    c.add_argument("--cell", required=True)
+    for axis in AXES:
+        c.add_argument(f"--{axis}", metavar="P", help=f"{axis} policy: shipped name or policy file")
+    c.add_argument("--seed", type=int)
+    c.add_argument("--workload", metavar="FILE", help="JSONL workload instead of the cell's")
+    c.add_argument("--trusted", action="store_true", help="run policy files in-process (no sandbox)")
+    c.add_argument("--out", metavar="DIR", help="write summary.json, programs.csv, calls.csv, kv_timeline.csv")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=_cmd_simulate)
+    c = sub.add_parser("sweep", help="sweep retention x scheduling (paper Table 1)")
+    c.add_argument("--cell", required=True)
+    c.add_argument("--retention", default="cache-lru,ttl,pressure-ttl")
+    c.add_argument("--scheduling", default="fcfs,plas")
+    c.add_argument("--seed", type=int)
+    c.add_argument("--workload", metavar="FILE")
+    c.add_argument("--jobs", type=int, default=1, help="parallel simulations (processes)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=_cmd_sweep)
+    for name, mod in EXTERNAL.items():
+        try:
+            importlib.import_module(mod).register(sub)
+        except ImportError:
+            continue
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+            # The main job: `evolve --axis A --cell C ...` is the search.
+            from search import cli as search_cli
+            return int(search_cli.main(argv) or 0)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 0
+        return int(args.func(args) or 0)
+    except USER_ERRORS as e:
+        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        return 2
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
