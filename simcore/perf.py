@@ -288,7 +288,7 @@ class PerfModel:
     def _prefill_extra_us(self, chunk: float, cached: float) -> float:
         if self.attn is not None:
             return self._attn_prefill(chunk, cached) - self.attn.floor
-        return self.roof.attention_us(chunk, cached, 0, 0) - self.roof.p.floor_us
+        return self.roof.attention_us(chunk, cached, 0, 0) - self.roof.p.attn_floor_us
 
     def comm_us(self, tokens: int) -> float:
         return self._n_ar * (self.ar_lat_us + tokens * self._ar_us_per_token)
