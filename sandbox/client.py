@@ -1,0 +1,326 @@
+"""Parent side of the sandbox: spawn the worker, enforce deadlines, proxy hook calls.
+
+`load_sandboxed_policy(source, axis)` returns an instance of the axis's base class, so the
+simulator calls it like any in-process policy; each hook call becomes one line of JSON to
+a persistent worker process and one line back (about 30 us a round trip), validated with
+the same parse_* functions the simulator uses. Every failure -- a rule broken, a deadline
+or budget overrun, an exception in the candidate, a malformed answer -- raises
+`SandboxViolation` with a one-line reason and kills the worker's process group.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import math
+import operator
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from importlib import resources
+from typing import Any
+
+from pydantic import ValidationError
+
+from simcore.config import EngineArgs
+from simcore.policies.base import (RetentionPolicy, RoutingPolicy, SchedulingPolicy, parse_instance,
+                                   parse_priority, parse_retention)
+
+from . import worker as _w
+from .errors import SandboxViolation
+from .gate import check_source
+
+DEFAULT_DECISION_TIMEOUT_S = 1.0
+DEFAULT_CPU_BUDGET_S = 60.0
+DEFAULT_MEMORY_MB = 1024
+LOAD_TIMEOUT_S = 15.0
+MAX_REPLY_BYTES = _w.MAX_REPLY_BYTES + 64
+
+_pcb_row = operator.attrgetter(*_w.VIEW_FIELDS)
+_inst_row = operator.attrgetter(*_w.INSTANCE_FIELDS)
+_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=True).encode
+_loads = json.loads
+_LIVE: "weakref.WeakSet[WorkerProcess]" = weakref.WeakSet()
+_WORKER_SOURCE: str | None = None
+
+
+def _worker_source() -> str:
+    global _WORKER_SOURCE
+    if _WORKER_SOURCE is None:
+        _WORKER_SOURCE = resources.files("sandbox").joinpath("worker.py").read_text(encoding="utf-8")
+    return _WORKER_SOURCE
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU of a (possibly zombie) process, from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class WorkerProcess:
+    """One isolated worker holding one candidate; line-delimited JSON over two pipes."""
+
+    def __init__(self, source: str, axis: str, *, decision_timeout_s: float = DEFAULT_DECISION_TIMEOUT_S,
+                 cpu_budget_s: float = DEFAULT_CPU_BUDGET_S, memory_mb: int = DEFAULT_MEMORY_MB,
+                 load_timeout_s: float = LOAD_TIMEOUT_S, seccomp: bool = True, audit: bool = True) -> None:
+        if not (decision_timeout_s > 0 and math.isfinite(decision_timeout_s)):
+            raise ValueError(f"decision_timeout_s must be a positive number, got {decision_timeout_s}")
+        if not (cpu_budget_s > 0 and math.isfinite(cpu_budget_s)):
+            raise ValueError(f"cpu_budget_s must be a positive number, got {cpu_budget_s}")
+        self.axis = axis
+        self.decision_timeout_s = float(decision_timeout_s)
+        self.cpu_budget_s = float(cpu_budget_s)
+        self.dead: str | None = None
+        self.calls = 0
+        self._buf = bytearray()
+        self._last_sig: Any = None
+        self._cwd = tempfile.mkdtemp(prefix="agentservesim-sandbox-")
+        os.chmod(self._cwd, 0o555)  # empty and read-only: nothing to read, nowhere to write
+        cfg = {"ppid": os.getpid(), "cpu_s": max(1, math.ceil(cpu_budget_s)),
+               "mem_bytes": int(memory_mb) << 20, "seccomp": seccomp, "audit": audit}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _worker_source(), json.dumps(cfg)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            cwd=self._cwd, start_new_session=True, close_fds=True, env={})
+        self._out = self.proc.stdin.fileno()
+        self._in = self.proc.stdout.fileno()
+        os.set_blocking(self._out, False)
+        self._poll_in = select.poll()
+        self._poll_in.register(self._in, select.POLLIN)
+        self._poll_out = select.poll()
+        self._poll_out.register(self._out, select.POLLOUT)
+        _LIVE.add(self)
+        self._finalizer = weakref.finalize(self, WorkerProcess._reap, self.proc, self._cwd)
+        msg = _dumps({"source": source, "axis": axis}).encode() + b"\n"
+        info = self._roundtrip(msg, load_timeout_s, "loading the policy")
+        if not isinstance(info, dict):
+            self._fail("worker sent a malformed load reply")
+        self.info: dict[str, Any] = info
+        self.layers: dict[str, str] = dict(info.get("layers", {}))
+
+    # ----------------------------------------------------------------- transport
+    def _fail(self, reason: str) -> None:
+        self.kill()
+        if self.dead is None:
+            self.dead = reason
+        raise SandboxViolation(reason)
+
+    def _exit_reason(self, what: str) -> str:
+        cpu = _cpu_seconds(self.proc.pid)
+        try:
+            rc = self.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            rc = self.proc.returncode
+        if rc in (-signal.SIGXCPU, -signal.SIGKILL) and cpu is not None and cpu >= math.ceil(self.cpu_budget_s) - 0.05:
+            return f"exceeded its CPU budget of {self.cpu_budget_s:g} s while {what}"
+        if rc == -signal.SIGXCPU:
+            return f"exceeded its CPU budget of {self.cpu_budget_s:g} s while {what}"
+        if rc == -signal.SIGXFSZ:
+            return f"tried to write a file while {what}"
+        if rc == -signal.SIGSYS:
+            return f"made a forbidden system call while {what}"
+        if rc is not None and rc < 0:
+            return f"worker was killed by signal {signal.Signals(-rc).name} while {what}"
+        return f"worker exited unexpectedly (code {rc}) while {what}"
+
+    def _roundtrip(self, msg: bytes, timeout_s: float, what: str) -> Any:
+        if self.dead is not None:
+            raise SandboxViolation(f"policy worker is stopped: {self.dead}")
+        deadline = time.monotonic() + timeout_s
+        view = memoryview(msg)
+        while view:
+            try:
+                n = os.write(self._out, view)
+                view = view[n:]
+                continue
+            except BlockingIOError:
+                pass
+            except BrokenPipeError:
+                self._fail(self._exit_reason(what))
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._poll_out.poll(left * 1000.0):
+                self._fail(f"decision deadline of {timeout_s:g} s exceeded while {what}")
+        buf = self._buf
+        while True:
+            i = buf.find(b"\n")
+            if i >= 0:
+                line = bytes(buf[:i])
+                del buf[:i + 1]
+                break
+            if len(buf) > MAX_REPLY_BYTES:
+                self._fail(f"answer larger than {MAX_REPLY_BYTES} bytes while {what}")
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._poll_in.poll(left * 1000.0):
+                self._fail(f"decision deadline of {timeout_s:g} s exceeded while {what}")
+            chunk = os.read(self._in, 1 << 16)
+            if not chunk:
+                self._fail(self._exit_reason(what))
+            buf += chunk
+        try:
+            ok, value = _loads(line)
+        except (ValueError, TypeError):
+            self._fail(f"worker sent a malformed answer while {what}")
+        if ok != 1:
+            self._fail(str(value) if isinstance(value, str) else f"policy failed while {what}")
+        return value
+
+    def call(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any) -> Any:
+        """One hook call; returns the raw JSON-decoded value (validated by the caller)."""
+        sig = None
+        if signals is not None and signals is not self._last_sig:
+            sig = [signals.now, signals.kv_utilization, [_inst_row(v) for v in signals.instances]]
+            self._last_sig = signals
+        elif signals is None and self._last_sig is not None:
+            sig = [now, None, []]
+            self._last_sig = None
+        self.calls += 1
+        msg = _dumps([hook, now, _pcb_row(pcb), extra, sig]).encode() + b"\n"
+        return self._roundtrip(msg, self.decision_timeout_s, _w._HOOK_NAMES[hook])
+
+    # ----------------------------------------------------------------- lifecycle
+    @staticmethod
+    def _reap(proc: subprocess.Popen, cwd: str) -> None:
+        if proc.returncode is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                proc.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                pass
+        for f in (proc.stdin, proc.stdout):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
+        shutil.rmtree(cwd, ignore_errors=True)
+
+    def kill(self) -> None:
+        """Kill the worker's whole process group (it has its own session)."""
+        if self.proc.returncode is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def close(self) -> None:
+        if self.dead is None:
+            self.dead = "closed"
+        self._finalizer()
+
+    def cpu_seconds(self) -> float | None:
+        return _cpu_seconds(self.proc.pid)
+
+
+@atexit.register
+def _kill_all() -> None:
+    for w in list(_LIVE):
+        w.close()
+
+
+# --------------------------------------------------------------------- proxies
+class _Proxy:
+    """Mixin: holds the worker; `signals` is set by the simulator through bind()."""
+    _worker: WorkerProcess
+
+    def close(self) -> None:
+        self._worker.close()
+
+    @property
+    def sandbox_layers(self) -> dict[str, str]:
+        return self._worker.layers
+
+    def _sig(self) -> Any:
+        return getattr(self, "signals", None)
+
+
+class SandboxedRetention(_Proxy, RetentionPolicy):
+    def on_turn_complete(self, pcb: Any, request_id: str, now: float) -> Any:
+        raw = self._worker.call("c", now, pcb, str(request_id), self._sig())
+        return _retention(raw, self._worker, "on_turn_complete")
+
+    def on_turn_arrival(self, pcb: Any, now: float) -> Any:
+        raw = self._worker.call("a", now, pcb, None, self._sig())
+        return _retention(raw, self._worker, "on_turn_arrival")
+
+
+class SandboxedScheduling(_Proxy, SchedulingPolicy):
+    def priority(self, pcb: Any, now: float) -> int:
+        raw = self._worker.call("p", now, pcb, None, self._sig())
+        try:
+            return parse_priority(raw)
+        except Exception as e:  # noqa: BLE001 - PolicyError and anything odd in the value
+            self._worker._fail(f"priority: {e}")
+
+
+class SandboxedRouting(_Proxy, RoutingPolicy):
+    def select(self, pcb: Any, inflight: tuple, now: float) -> int:
+        rows = [_inst_row(v) for v in inflight]
+        raw = self._worker.call("s", now, pcb, rows, self._sig())
+        try:
+            return parse_instance(raw, len(inflight))
+        except Exception as e:  # noqa: BLE001
+            self._worker._fail(f"select: {e}")
+
+
+def _retention(raw: Any, worker: WorkerProcess, hook: str) -> Any:
+    value = tuple(raw) if isinstance(raw, list) else raw
+    try:
+        parse_retention(value)
+    except Exception as e:  # noqa: BLE001
+        worker._fail(f"{hook}: {e}")
+    return value
+
+
+_PROXIES = {"retention": SandboxedRetention, "scheduling": SandboxedScheduling, "routing": SandboxedRouting}
+
+
+def _engine_args(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise SandboxViolation("engine_args must be a dict")
+    try:
+        EngineArgs(**raw)
+    except (ValidationError, TypeError) as e:
+        first = e.errors()[0] if isinstance(e, ValidationError) else {"loc": (), "msg": str(e)}
+        loc = ".".join(str(x) for x in first.get("loc", ()))
+        raise SandboxViolation(f"engine_args{('.' + loc) if loc else ''}: {first.get('msg')}") from None
+    return dict(raw)
+
+
+def load_sandboxed_policy(source: str, axis: str, *, decision_timeout_s: float = DEFAULT_DECISION_TIMEOUT_S,
+                          cpu_budget_s: float = DEFAULT_CPU_BUDGET_S, memory_mb: int = DEFAULT_MEMORY_MB,
+                          load_timeout_s: float = LOAD_TIMEOUT_S, gate: bool = True, seccomp: bool = True,
+                          audit: bool = True) -> Any:
+    """A policy object of `axis`'s base class whose hooks run in an isolated worker.
+
+    The static gate runs first (gate=False exists only so that tests can show the worker
+    contains what the gate would have refused). Close it with `.close()`; it is also
+    killed when garbage-collected, at interpreter exit, and when this process dies.
+    """
+    if gate:
+        check_source(source, axis)
+    w = WorkerProcess(source, axis, decision_timeout_s=decision_timeout_s, cpu_budget_s=cpu_budget_s,
+                      memory_mb=memory_mb, load_timeout_s=load_timeout_s, seccomp=seccomp, audit=audit)
+    try:
+        ea = _engine_args(w.info.get("engine_args", {}))
+    except SandboxViolation:
+        w.close()
+        raise
+    name = str(w.info.get("name") or w.info.get("class") or "candidate")
+    proxy_cls = type(f"Sandboxed_{w.info.get('class', 'Policy')}", (_PROXIES[axis],),
+                     {"name": name, "engine_args": ea})
+    policy = proxy_cls()
+    policy._worker = w
+    return policy

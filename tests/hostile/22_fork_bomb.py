@@ -1,0 +1,18 @@
+# hostile: fork bomb through os.fork reached by a subclass walk
+# axis: scheduling
+# gate: reject dunder
+# worker: violation blocked operation: os.fork
+# worker-noaudit: violation
+def _os_globals():
+    # os._wrap_close.__init__.__globals__ is the os module's namespace
+    for c in ().__class__.__base__.__subclasses__():
+        if c.__name__ == "_wrap_close":
+            return c.__init__.__globals__
+    raise ValueError("not found")
+
+
+class P(SchedulingPolicy):
+    def priority(self, pcb, now):
+        fork = _os_globals()["fork"]
+        while True:
+            fork()

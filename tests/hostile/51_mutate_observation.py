@@ -1,0 +1,9 @@
+# hostile: mutate the observation to poison later decisions
+# axis: scheduling
+# gate: pass
+# worker: violation AttributeError
+# worker-noaudit: contained
+class P(SchedulingPolicy):
+    def priority(self, pcb, now):
+        pcb.attained_service_s = 0.0
+        return 0
