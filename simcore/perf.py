@@ -96,6 +96,7 @@ class _Grid:
     def __init__(self, axes: list[list[float]], values: np.ndarray):
         self.axes, self.values = axes, values
         self._cells: dict[tuple[int, ...], tuple[float, ...]] = {}
+        self._top = [len(a) - 2 for a in axes]
         self.floor = float(values.min())
 
     def _cell(self, idx: tuple[int, ...]) -> tuple[float, ...]:
@@ -106,15 +107,26 @@ class _Grid:
         return c
 
     def __call__(self, *point: float) -> float:
+        """Value at a point (one coordinate per axis); unrolled for 2 and 4 axes (hot path)."""
         idx, w = [], []
-        for ax, x in zip(self.axes, point):
-            i = min(max(bisect.bisect_right(ax, x) - 1, 0), len(ax) - 2)
+        for ax, top, x in zip(self.axes, self._top, point):
+            i = bisect.bisect_right(ax, x) - 1
+            i = 0 if i < 0 else (top if i > top else i)
             idx.append(i)
             w.append((x - ax[i]) / (ax[i + 1] - ax[i]))
-        vals = self._cell(tuple(idx))
-        for wi in reversed(w):   # collapse the last axis first (C order of `vals`)
-            vals = [a + wi * (b - a) for a, b in zip(vals[0::2], vals[1::2])]
-        return vals[0]
+        key = tuple(idx)
+        v = self._cells.get(key) or self._cell(key)
+        if len(w) == 2:
+            lo, hi = v[0] + w[1] * (v[1] - v[0]), v[2] + w[1] * (v[3] - v[2])
+            return lo + w[0] * (hi - lo)
+        wa, wb, wc, wd = w
+        a0, a1, a2, a3 = v[0] + wd * (v[1] - v[0]), v[2] + wd * (v[3] - v[2]), v[4] + wd * (v[5] - v[4]), \
+            v[6] + wd * (v[7] - v[6])
+        a4, a5, a6, a7 = v[8] + wd * (v[9] - v[8]), v[10] + wd * (v[11] - v[10]), v[12] + wd * (v[13] - v[12]), \
+            v[14] + wd * (v[15] - v[14])
+        b0, b1, b2, b3 = a0 + wc * (a1 - a0), a2 + wc * (a3 - a2), a4 + wc * (a5 - a4), a6 + wc * (a7 - a6)
+        c0, c1 = b0 + wb * (b1 - b0), b2 + wb * (b3 - b2)
+        return c0 + wa * (c1 - c0)
 
 
 def load_attention(path: Path) -> _Grid:
@@ -310,15 +322,21 @@ class PerfModel:
         return line
 
     def kernel_us(self, prefills: Sequence[tuple[int, int]], n_decode: int, decode_kv_sum: int) -> float:
-        tokens = n_decode + sum(p[0] for p in prefills)
         kv_mean = decode_kv_sum / n_decode if n_decode else 0.0
-        if prefills:
-            ordered = sorted(prefills, reverse=True)
-            attn = self.attention_layer_us(ordered[0][0], ordered[0][1], n_decode, kv_mean)
-            attn += sum(self._prefill_extra_us(c, k) for c, k in ordered[1:])
+        if not prefills:
+            return self.dense_us(n_decode) + self.seq_us(n_decode) + self.layers * self.attention_layer_us(
+                0, 0, n_decode, kv_mean)
+        if len(prefills) == 1:
+            (c0, k0), extra, tokens = prefills[0], 0.0, n_decode + prefills[0][0]
         else:
-            attn = self.attention_layer_us(0, 0, n_decode, kv_mean)
-        return self.dense_us(tokens) + self.seq_us(n_decode + len(prefills)) + self.layers * attn
+            ordered = sorted(prefills, reverse=True)
+            (c0, k0), tokens = ordered[0], n_decode + sum(p[0] for p in prefills)
+            extra = sum(self._prefill_extra_us(c, k) for c, k in ordered[1:])
+        if n_decode or self.attn is None:
+            attn = self.attention_layer_us(c0, k0, n_decode, kv_mean)
+        else:
+            attn = self._attn_prefill(c0, k0)
+        return self.dense_us(tokens) + self.seq_us(n_decode + len(prefills)) + self.layers * (attn + extra)
 
     # -- interface ------------------------------------------------------------------------
     def step_time(self, prefills: Sequence[tuple[int, int]], n_decode: int, decode_kv_sum: int) -> float:
@@ -330,9 +348,9 @@ class PerfModel:
             v = decode_kv_sum / n_decode
             j = bisect.bisect_right(br, v) - 1
             return (fixed + self.layers * (g[j] + (v - br[j]) * sl[j])) * 1e-6
-        tokens = n_decode + sum(p[0] for p in prefills)
-        us = self.kernel_us(prefills, n_decode, decode_kv_sum) + self.comm_us(tokens)
-        return (us + self.overhead(tokens - n_decode, n_decode)) * 1e-6
+        prefill_tokens = prefills[0][0] if len(prefills) == 1 else sum(p[0] for p in prefills)
+        us = self.kernel_us(prefills, n_decode, decode_kv_sum) + self.comm_us(prefill_tokens + n_decode)
+        return (us + self.overhead(prefill_tokens, n_decode)) * 1e-6
 
     def decode_steps_time(self, n_decode: int, decode_kv_sum: int, steps: int) -> float:
         """Sum of `steps` decode-only steps, the mean context growing by one per step.

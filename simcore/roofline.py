@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -99,7 +100,7 @@ class Roofline:
         return self.p.attn_floor_us + flops / (self.flops_us * self.p.eff_attn_c) \
             + kv_read / (self.bytes_us * self.p.eff_attn_m)
 
-    def attention_work(self, chunk, kv_prefill, n_decode, kv_decode):
+    def attention_work(self, chunk: Any, kv_prefill: Any, n_decode: Any, kv_decode: Any) -> tuple[Any, Any]:
         """(flops, KV bytes) of one layer's attention, per GPU; works on numpy arrays too."""
         flops = 4.0 * self.q_dim * (chunk * (kv_prefill + chunk / 2.0) + n_decode * kv_decode)
         return flops, 4.0 * self.kv_dim * (kv_prefill + chunk + n_decode * kv_decode)   # K+V, 2 B each
