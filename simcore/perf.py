@@ -5,7 +5,10 @@ step = kernels + TP all-reduce + host overhead, all per GPU (TP ranks run in loc
   lm_head + sampler (per_sequence.csv, by sequences sampled = decodes + prefills: vLLM v1
   computes logits for every scheduled request), attention x layers (attention.csv grid).
 - all-reduce: 2 per layer of tokens x hidden x 2 B at an effective bandwidth, plus a
-  per-all-reduce latency, both fitted from step_overhead.csv where TP > 1.
+  per-all-reduce latency, both fitted to wall - kernel - overhead of step_overhead.csv where
+  TP > 1 (RTX PRO 6000 TP2: 35.2 GB/s, latency 0 -- that residual is a pure bandwidth term;
+  the extra kernel_us of the decode rows is attention at contexts the rows do not record:
+  it implies the same ~70k decode tokens at n=4 and 8 in the TP1 and TP2 tables alike).
 - host overhead: step_overhead.csv's overhead_us, smoothed (see _Overhead).
 Missing tables fall back to simcore.roofline, part by part.
 
@@ -27,138 +30,11 @@ import numpy as np
 import pandas as pd
 
 from simcore.config import Cell, HardwareSpec, ModelSpec, profiles_root
+from simcore.perftables import (ATTN_AXES, AttentionGrid, PerfTableError, extend_linear, isotonic, load_attention,  # noqa: F401
+                                read_table, rescale_attention)
 from simcore.roofline import STEP_OVERHEAD_US, Roofline
 
 DENSE_OPS = ("qkv_proj", "rotary_emb", "o_proj", "gate_up_proj", "act_fn", "down_proj")
-ATTN_AXES = ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode")
-
-
-class PerfTableError(ValueError):
-    """A profiled table that is missing or malformed; the message is one line with the path."""
-
-
-def read_table(path: Path, columns: Sequence[str]) -> pd.DataFrame:
-    """Load a CSV, checking the columns are present, numeric, finite and non-negative."""
-    try:
-        df = pd.read_csv(path)
-    except FileNotFoundError:
-        raise PerfTableError(f"{path}: table file not found") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise PerfTableError(f"{path}: unreadable CSV ({str(e).splitlines()[0]})") from None
-    missing = [c for c in columns if c not in df.columns]
-    if missing or df.empty:
-        raise PerfTableError(f"{path}: missing columns {missing}" if missing else f"{path}: no rows")
-    for c in columns:
-        if c == "layer":
-            continue
-        vals = pd.to_numeric(df[c], errors="coerce")
-        if vals.isna().any() or not np.isfinite(vals).all():
-            raise PerfTableError(f"{path}: column '{c}' has non-numeric values (row {int(vals.isna().idxmax()) + 2})")
-        if c != "overhead_us" and (vals < 0).any():
-            raise PerfTableError(f"{path}: column '{c}' has negative values")
-        df[c] = vals
-    return df
-
-
-def isotonic(y: np.ndarray) -> np.ndarray:
-    """Least-squares non-decreasing fit (pool adjacent violators); points already in order stay put."""
-    vals, counts = [], []
-    for v in map(float, y):
-        vals.append(v)
-        counts.append(1)
-        while len(vals) > 1 and vals[-2] > vals[-1]:
-            n = counts[-2] + counts[-1]
-            vals[-2] = (vals[-2] * counts[-2] + vals[-1] * counts[-1]) / n
-            counts[-2] = n
-            del vals[-1], counts[-1]
-    return np.repeat(vals, counts)
-
-
-def _extend(x: np.ndarray, y: np.ndarray, n: int) -> list[float]:
-    """y at integers 0..n-1 by linear interpolation; beyond x[-1] the last octave's slope."""
-    grid = np.arange(n, dtype=float)
-    out = np.interp(grid, x, y)
-    hi = grid > x[-1]
-    if hi.any():
-        j = int(np.searchsorted(x, x[-1] / 2))
-        slope = (y[-1] - y[j]) / max(x[-1] - x[j], 1.0)
-        out[hi] = y[-1] + slope * (grid[hi] - x[-1])
-    return out.tolist()
-
-
-class _Grid:
-    """Multilinear interpolation on the 4-D attention grid, memoised per grid cell.
-
-    Raw (not log) axes: decode attention ~ n x kv is bilinear, so a cell's interpolant is
-    exact for it; beyond the last grid line the last cell extrapolates linearly.
-    """
-
-    def __init__(self, axes: list[list[float]], values: np.ndarray):
-        self.axes, self.values = axes, values
-        self._cells: dict[tuple[int, ...], tuple[float, ...]] = {}
-        self._top = [len(a) - 2 for a in axes]
-        self.floor = float(values.min())
-
-    def _cell(self, idx: tuple[int, ...]) -> tuple[float, ...]:
-        c = self._cells.get(idx)
-        if c is None:
-            block = self.values[tuple(slice(i, i + 2) for i in idx)]
-            c = self._cells[idx] = tuple(block.ravel().tolist())
-        return c
-
-    def __call__(self, *point: float) -> float:
-        """Value at a point (one coordinate per axis); unrolled for 2 and 4 axes (hot path)."""
-        idx, w = [], []
-        for ax, top, x in zip(self.axes, self._top, point):
-            i = bisect.bisect_right(ax, x) - 1
-            i = 0 if i < 0 else (top if i > top else i)
-            idx.append(i)
-            w.append((x - ax[i]) / (ax[i + 1] - ax[i]))
-        key = tuple(idx)
-        v = self._cells.get(key) or self._cell(key)
-        if len(w) == 2:
-            lo, hi = v[0] + w[1] * (v[1] - v[0]), v[2] + w[1] * (v[3] - v[2])
-            return lo + w[0] * (hi - lo)
-        wa, wb, wc, wd = w
-        a0, a1, a2, a3 = v[0] + wd * (v[1] - v[0]), v[2] + wd * (v[3] - v[2]), v[4] + wd * (v[5] - v[4]), \
-            v[6] + wd * (v[7] - v[6])
-        a4, a5, a6, a7 = v[8] + wd * (v[9] - v[8]), v[10] + wd * (v[11] - v[10]), v[12] + wd * (v[13] - v[12]), \
-            v[14] + wd * (v[15] - v[14])
-        b0, b1, b2, b3 = a0 + wc * (a1 - a0), a2 + wc * (a3 - a2), a4 + wc * (a5 - a4), a6 + wc * (a7 - a6)
-        c0, c1 = b0 + wb * (b1 - b0), b2 + wb * (b3 - b2)
-        return c0 + wa * (c1 - c0)
-
-
-def load_attention(path: Path) -> _Grid:
-    """attention.csv -> full 4-D grid; cells the profiler skips are filled by their meaning:
-    chunk 0 ignores kv_prefill, n_decode 0 ignores kv_decode, a decode context below 16 is
-    treated as 16, n_decode beyond the grid (256 with a prefill) extrapolates linearly.
-    The decode-only and prefill-only slices are made non-decreasing (isotonic; they differ
-    from monotone by measurement noise of ~1-3 %); mixed cells stay as measured, since the
-    fused kernel's split heuristics make some of them genuinely non-monotone (RTX: up to 30 %)."""
-    df = read_table(path, (*ATTN_AXES, "time_us"))
-    axes = [sorted(df[a].unique().tolist()) for a in ATTN_AXES]
-    shape = tuple(len(a) for a in axes)
-    if min(shape) < 2 or axes[0][0] != 0 or axes[2][0] != 0:
-        raise PerfTableError(f"{path}: expected a grid starting at 0 with >= 2 points per axis")
-    pos = [{v: i for i, v in enumerate(a)} for a in axes]
-    vals = np.full(shape, np.nan)
-    for row in df[[*ATTN_AXES, "time_us"]].itertuples(index=False):
-        vals[tuple(p[v] for p, v in zip(pos, row[:4]))] = row[4]
-    vals[:, :, 1:, 0] = vals[:, :, 1:, 1]           # decode context 0 -> smallest measured
-    vals[0, 0, 0, :] = np.nanmin(vals)              # empty batch: launch floor only
-    vals[0, :] = vals[0, :1]                        # no prefill: kv_prefill irrelevant
-    vals[:, :, 0, :] = vals[:, :, 0, :1]            # no decode: kv_decode irrelevant
-    for n in range(2, shape[2]):                    # missing n_decode rows: extrapolate
-        gap = np.isnan(vals[:, :, n, :])
-        vals[:, :, n, :][gap] = (2 * vals[:, :, n - 1, :] - vals[:, :, n - 2, :])[gap]
-    dec = np.apply_along_axis(isotonic, 0, np.apply_along_axis(isotonic, 1, vals[0, 0]))
-    pre = np.apply_along_axis(isotonic, 0, np.apply_along_axis(isotonic, 1, vals[:, :, 0, 0]))
-    vals[0, :] = dec
-    vals[:, :, 0, :] = pre[:, :, None]
-    if np.isnan(vals).any():
-        raise PerfTableError(f"{path}: grid has holes that cannot be filled")
-    return _Grid([[float(v) for v in a] for a in axes], vals)
 
 
 class _Overhead:
@@ -230,14 +106,14 @@ class PerfModel:
             total = self.layers * (p[list(DENSE_OPS)].sum(axis=1) + 2 * p["layernorm"]) \
                 + p["embedding"] + p["final_layernorm"]   # Llama: two RMSNorms per layer
             x = p.index.to_numpy(float)
-            self._dense = _extend(np.concatenate([[0.0], x]), np.concatenate([[0.0], isotonic(total.to_numpy())]),
+            self._dense = extend_linear(np.concatenate([[0.0], x]), np.concatenate([[0.0], isotonic(total.to_numpy())]),
                                   self.MAX_TOKENS)
             parts["dense"] = "profile"
         else:
             # piecewise linear in tokens (max of lines): every count to 256, then every 16th
             x = np.unique(np.concatenate([np.arange(0, 257), np.arange(256, 16385, 16)])).astype(float)
             y = np.array([self.roof.dense_step_us(t) if t else 0.0 for t in x])
-            self._dense = _extend(x, y, self.MAX_TOKENS)
+            self._dense = extend_linear(x, y, self.MAX_TOKENS)
             parts["dense"] = "roofline"
         # lm_head + sampler by sequences sampled.
         if have("per_sequence.csv"):
@@ -246,13 +122,13 @@ class PerfModel:
             if {"lm_head", "sampler"} - set(q.columns) or q.isna().any().any():
                 raise PerfTableError(f"{folder / 'per_sequence.csv'}: needs lm_head and sampler at every count")
             x = np.concatenate([[0.0], q.index.to_numpy(float)])
-            self._seq = _extend(x, np.concatenate([[0.0], isotonic((q["lm_head"] + q["sampler"]).to_numpy())]), 4097)
+            self._seq = extend_linear(x, np.concatenate([[0.0], isotonic((q["lm_head"] + q["sampler"]).to_numpy())]), 4097)
             parts["per_sequence"] = "profile"
         else:
             self._seq = [0.0] + [self.roof.per_sequence_us(s) for s in range(1, 4097)]
             parts["per_sequence"] = "roofline"
         # Attention grid: own table, a sibling model's table rescaled, or the roofline.
-        self.attn: _Grid | None = None
+        self.attn: AttentionGrid | None = None
         if have("attention.csv"):
             self.attn = load_attention(folder / "attention.csv")
             parts["attention"] = "profile"
@@ -269,7 +145,8 @@ class PerfModel:
             self.overhead = _Overhead(so)
             if tp > 1:
                 gbs, icept = fit_allreduce(self.overhead.rows, model)
-                self.ar_gbs, self.ar_lat_us = gbs, max(icept, 0.0)
+                if 0 < gbs < 1e5:   # rows without an all-reduce residual keep the hardware default
+                    self.ar_gbs, self.ar_lat_us = gbs, max(icept, 0.0)
             parts["overhead"] = "profile"
         else:
             self.overhead = lambda prefill_tokens, n_decode: STEP_OVERHEAD_US   # noqa: E731
@@ -281,7 +158,7 @@ class PerfModel:
         self._ar_us_per_token = model.hidden * 2 / (self.ar_gbs * 1e3)
         self._lines: dict[int, tuple[list[float], list[float], list[float], float]] = {}
         if self.attn is not None:   # prefill-only slice, for the second and later prefills of a step
-            self._attn_prefill = _Grid(self.attn.axes[:2], self.attn.values[:, :, 0, 0])
+            self._attn_prefill = AttentionGrid(self.attn.axes[:2], self.attn.values[:, :, 0, 0])
 
     # -- parts (microseconds, per GPU) -------------------------------------------------
     def dense_us(self, tokens: int) -> float:
@@ -375,19 +252,6 @@ class PerfModel:
     def kv_transfer_time(self, tokens: int) -> float:
         """Host<->device copy of `tokens` tokens of KV; each GPU moves its 1/tp share in parallel."""
         return tokens * self.model.kv_bytes_per_token / self.tp / (self.hw.host_link_gbs * 1e9)
-
-
-def rescale_attention(src: _Grid, src_model: ModelSpec, model: ModelSpec) -> _Grid:
-    """Another model's attention grid on the same device, rescaled per term: the prefill part
-    (compute-bound) by query heads x head_dim, the decode part (KV-read-bound) by kv_heads x
-    head_dim; the launch floor is kept."""
-    r_q = model.heads * model.head_dim / (src_model.heads * src_model.head_dim)
-    r_kv = model.kv_heads * model.head_dim / (src_model.kv_heads * src_model.head_dim)
-    v, floor = src.values, src.floor
-    prefill_only = v[:, :, :1, :1]
-    out = floor + (prefill_only - floor) * r_q + (v - prefill_only) * r_kv
-    out[0] = floor + (v[0] - floor) * r_kv         # chunk 0: decode only
-    return _Grid(src.axes, out)
 
 
 def profile_folder(hw: HardwareSpec, model: ModelSpec, tp: int) -> Path | None:
