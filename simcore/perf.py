@@ -40,37 +40,30 @@ DENSE_OPS = ("qkv_proj", "rotary_emb", "o_proj", "gate_up_proj", "act_fn", "down
 class _Overhead:
     """Host overhead (us) by (prefill tokens, n_decode) from step_overhead.csv.
 
-    Per profiled chunk a least-squares line in n_decode (rows at one chunk scatter by up to
-    +-3 ms at small chunks on B200, so a line is kept rather than every wiggle), evaluated
-    only inside that chunk's n_decode range; linear in the chunk between profiled chunks,
-    last segment's slope beyond. Negative values are kept: decode rows on B200 8B are
-    consistently -0.3..-0.6 ms (the per-op profile overstates a step), clamping them would
-    bias TPOT by ~10 %. Duplicate (chunk, n_decode) rows: the faster run is kept.
+    Smooth model: per profiled chunk the median over its n_decode rows, linear in the chunk
+    between profiled chunks (last segment's slope beyond). n_decode is dropped: rows at one
+    chunk scatter without a trend (RTX 70B chunk 256: 18.5, 5.3, 0.5 ms at n = 4, 8, 12;
+    B200 8B chunk 64: 0.7-7.4 ms), and at chunk 0 the spread is 0.2 ms. Negative medians
+    are kept: decode rows on B200 8B are consistently -0.3..-0.6 ms (the per-op profile
+    overstates a step); clamping would bias TPOT by ~10 %. Duplicate (chunk, n_decode) rows
+    (RTX 70B at 16384): the faster run is kept; its kernel_us matches the per-layer tables
+    within 0.5 %, the other run's is 34 % higher throughout (a throttled run).
     """
 
     def __init__(self, df: pd.DataFrame):
         df = df.sort_values("wall_us").drop_duplicates(["prefill_chunk", "n_decode"])
         self.rows = df.sort_values(["prefill_chunk", "n_decode"]).reset_index(drop=True)
-        self.chunks: list[float] = []
-        self.lines: list[tuple[float, float, float, float]] = []   # (a, b, n_lo, n_hi)
-        for c, g in self.rows.groupby("prefill_chunk"):
-            n, o = g["n_decode"].to_numpy(float), g["overhead_us"].to_numpy(float)
-            b = float(np.polyfit(n, o, 1)[0]) if len(set(n)) > 1 else 0.0
-            self.chunks.append(float(c))
-            self.lines.append((float(o.mean() - b * n.mean()), b, float(n.min()), float(n.max())))
-
-    def _at(self, j: int, n: float) -> float:
-        a, b, lo, hi = self.lines[j]
-        return a + b * min(max(n, lo), hi)
+        med = self.rows.groupby("prefill_chunk")["overhead_us"].median()
+        self.chunks = [float(c) for c in med.index]
+        self.values = [float(v) for v in med.to_numpy()]
 
     def __call__(self, prefill_tokens: float, n_decode: float) -> float:
-        ch = self.chunks
+        ch, val = self.chunks, self.values
         if len(ch) == 1:
-            return self._at(0, n_decode)
-        j = min(max(bisect.bisect_right(ch, prefill_tokens) - 1, 0), len(ch) - 2)
-        w = (prefill_tokens - ch[j]) / (ch[j + 1] - ch[j])
-        lo, hi = self._at(j, n_decode), self._at(j + 1, n_decode)
-        return lo + w * (hi - lo)
+            return val[0]
+        j = bisect.bisect_right(ch, prefill_tokens) - 1
+        j = 0 if j < 0 else (len(ch) - 2 if j > len(ch) - 2 else j)
+        return val[j] + (prefill_tokens - ch[j]) * (val[j + 1] - val[j]) / (ch[j + 1] - ch[j])
 
 
 def fit_allreduce(rows: pd.DataFrame, model: ModelSpec) -> tuple[float, float]:

@@ -234,3 +234,16 @@ def test_bad_tables_raise_one_line_error(tmp_path, case):
         PerfModel(H["B200"], M["Llama-3.1-8B"], 1, dst)
     msg = str(e.value)
     assert str(target) in msg and "\n" not in msg and isinstance(e.value, ValueError)
+
+
+def test_overhead_model():
+    """Per-chunk median over n_decode, linear in chunk; negatives kept; faster duplicate kept."""
+    rtx, b8 = pm(RTX70), pm(B8)
+    rows = b8.overhead.rows
+    for c, g in rows.groupby("prefill_chunk"):
+        assert b8.overhead(c, 7) == pytest.approx(g["overhead_us"].median())
+    assert b8.overhead(0, 4) < -300            # B200 8B decode rows: wall < summed kernels
+    mid = b8.overhead(768, 4)
+    assert min(b8.overhead(512, 4), b8.overhead(1024, 4)) <= mid <= max(b8.overhead(512, 4), b8.overhead(1024, 4))
+    dup = rtx.overhead.rows[rtx.overhead.rows["prefill_chunk"] == 16384]
+    assert len(dup) == 3 and dup["wall_us"].max() < 4.7e6
