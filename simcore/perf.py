@@ -22,6 +22,7 @@ the same kernel launch. Dense ops use the total token count.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -255,15 +256,21 @@ def profile_folder(hw: HardwareSpec, model: ModelSpec, tp: int) -> Path | None:
 
 
 def build_perf_model(cell: Cell) -> PerfModel:
-    """The profiled tables for the cell's (hardware, model, tp) if they exist, else the roofline."""
+    """The profiled tables for the cell's (hardware, model, tp) if they exist, else the roofline.
+    Models are cached per (hardware, model, tp): loading costs ~0.1 s, a whole simulation ~0.3 s,
+    and a PerfModel's only state is memoised lookups, so simulations can share one."""
+    return _build(cell.hardware, cell.model, cell.tp)
+
+
+@functools.lru_cache(maxsize=32)
+def _build(hw: HardwareSpec, model: ModelSpec, tp: int) -> PerfModel:
     from simcore.config import model_catalog
-    hw, model, tp = cell.hardware, cell.model, cell.tp
     folder = profile_folder(hw, model, tp)
     donor = None
-    if folder is None or not (folder / "attention.csv").exists():
+    if folder is not None and tp == 1 and not (folder / "attention.csv").exists():
         for other in model_catalog().values():       # same device, another model's attention grid
             f = profile_folder(hw, other, 1) if other.key != model.key else None
             if f is not None and (f / "attention.csv").exists() and other.kv_heads == model.kv_heads:
                 donor = (f / "attention.csv", other)
                 break
-    return PerfModel(hw, model, tp, folder, donor if folder is not None and tp == 1 else None)
+    return PerfModel(hw, model, tp, folder, donor)
