@@ -1,0 +1,98 @@
+"""The unit of work a Ray worker runs: one policy source on some cells and workload seeds.
+
+Everything crossing the process boundary is plain data (source text, names, numbers), so
+the same task runs on a remote node that shares nothing with the driver but the installed
+package. Candidate errors come back as data (`ok: False` with a reason); only a dead or
+cancelled worker surfaces as a Ray exception.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+from . import admission
+
+DEFAULT_SIMULATOR = "simcore.sim:simulate"
+
+
+@lru_cache(maxsize=8)
+def resolve_simulator(spec: str) -> Callable[..., Any]:
+    """'package.module:function' or '/path/file.py:function' -> the simulate callable."""
+    mod_name, sep, fn = spec.rpartition(":")
+    if not sep or not mod_name or not fn:
+        raise ValueError(f"simulator '{spec}' must look like 'module:function' or 'file.py:function'")
+    if mod_name.endswith(".py"):
+        path = Path(mod_name)
+        loader_spec = importlib.util.spec_from_file_location(f"_agentservesim_sim_{abs(hash(spec))}", path)
+        if loader_spec is None or loader_spec.loader is None:
+            raise ValueError(f"simulator file {path} cannot be loaded")
+        mod = importlib.util.module_from_spec(loader_spec)
+        loader_spec.loader.exec_module(mod)
+    else:
+        mod = importlib.import_module(mod_name)
+    func = getattr(mod, fn, None)
+    if not callable(func):
+        raise ValueError(f"simulator '{spec}': {fn} is not a function of {mod_name}")
+    return func
+
+
+def _clean_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in summary.items():
+        if isinstance(v, bool) or isinstance(v, (int, str)) or v is None:
+            out[k] = v
+        elif isinstance(v, float):
+            out[k] = v if math.isfinite(v) else None
+    return out
+
+
+def _close(policy: Any) -> None:
+    close = getattr(policy, "close", None)   # sandboxed policies own a worker process
+    if callable(close):
+        close()
+
+
+def run_policy(source: str, axis: str, seed_source: str, cells: list[str], seeds: list[int],
+               simulator: str = DEFAULT_SIMULATOR, check: bool = True,
+               leak_check: bool = False) -> dict[str, Any]:
+    """Admit `source` (when `check`), optionally run the counterfactual leakage test on the
+    first cell, then simulate it on every (cell, seed).
+
+    Returns {"ok": True, "runs": {cell: {seed: {"jct_s": [...], "summary": {...}}}}, "wall_s"}
+    or {"ok": False, "kind": markers|gate|leak|load|crash, "reason": "..."}.
+    """
+    t0 = time.perf_counter()
+    try:
+        if check:
+            admission.admit(source, axis, seed_source)
+        if leak_check:
+            admission.check_leakage(source, axis, cells[0], seeds[0])
+        simulate = resolve_simulator(simulator)
+        runs: dict[str, dict[str, Any]] = {}
+        for cell in cells:
+            runs[cell] = {}
+            for seed in seeds:
+                # A fresh object per run: evolved policies keep state (e.g. gap estimates).
+                policy = admission.load_policy(source, axis)
+                try:
+                    res = simulate(cell, seed=seed, **{axis: policy})
+                finally:
+                    _close(policy)
+                jct = [float(x) for x in res.jct_s]
+                if not jct or not all(math.isfinite(x) and x >= 0 for x in jct):
+                    return {"ok": False, "kind": "crash",
+                            "reason": f"{cell} seed {seed}: simulation produced no valid JCTs"}
+                runs[cell][str(seed)] = {"jct_s": jct, "summary": _clean_summary(dict(res.summary))}
+        return {"ok": True, "runs": runs, "wall_s": time.perf_counter() - t0}
+    except admission.Rejected as e:
+        return {"ok": False, "kind": e.kind, "reason": e.reason}
+    except Exception as e:  # noqa: BLE001 - a crashing candidate is feedback, not a driver error
+        msg = " ".join(f"{type(e).__name__}: {e}".split())[:600]
+        # the sandbox stops a policy that overruns its per-decision deadline or CPU budget
+        kind = "timeout" if ("deadline" in msg and "exceeded" in msg) or "CPU budget" in msg else "crash"
+        return {"ok": False, "kind": kind, "reason": msg}

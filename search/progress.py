@@ -1,0 +1,106 @@
+"""Live progress of a search: iterations, evaluations in flight, best per island, failures.
+
+On a terminal it is a rich Live panel; otherwise (CI, pipes) one plain line per candidate.
+All updates come from job threads or the main thread, so state changes take a lock.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from typing import Any, Callable
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+
+class Progress:
+    def __init__(self, title: str, planned: int, in_flight: Callable[[], int] = lambda: 0,
+                 console: Console | None = None) -> None:
+        self.title, self.planned = title, planned
+        self.console = console or Console(highlight=False)
+        self._in_flight = in_flight
+        self._lock = threading.Lock()
+        self.done_iterations: set[int] = set()
+        self.scored = self.replayed = 0
+        self.failures: Counter[str] = Counter()
+        self.iteration_errors = 0
+        self.best_by_island: dict[int, tuple[float, str]] = {}
+        self.events: deque[str] = deque(maxlen=6)
+        self.interrupted = False
+        self.t0 = time.monotonic()
+        self._live: Live | None = None
+
+    # ------------------------------------------------------------------ updates
+    def _event(self, line: str) -> None:
+        self.events.append(line)
+        if self._live is None:
+            self.console.print(line, markup=False)
+
+    def note(self, line: str) -> None:
+        with self._lock:
+            self._event(line)
+
+    def submitted(self, iteration: int) -> None:
+        pass
+
+    def record(self, result: dict[str, Any], replayed: bool = False) -> None:
+        with self._lock:
+            it = int(result["iteration"])
+            if it > 0:
+                self.done_iterations.add(it)
+            self.scored += 1
+            self.replayed += int(replayed)
+            tag = " (replayed)" if replayed else ""
+            if result["status"] != "ok":
+                self.failures[str(result.get("failure_kind") or "failed")] += 1
+                self._event(f"iter {it:>3} {result['candidate_id']}  FAILED {result.get('failure_kind')}: "
+                            f"{(result.get('reason') or '')[:90]}{tag}")
+                return
+            lo, hi = result["fitness_ci"]
+            isl = int(result.get("island") or 0)
+            f = float(result["fitness"])
+            if isl not in self.best_by_island or f > self.best_by_island[isl][0]:
+                self.best_by_island[isl] = (f, result["candidate_id"])
+            self._event(f"iter {it:>3} {result['candidate_id']}  fitness {f:.4f} [{lo:.4f}, {hi:.4f}]"
+                        f"  island {isl}{tag}")
+
+    def iteration_error(self, iteration: int, msg: str) -> None:
+        with self._lock:
+            self.done_iterations.add(iteration)
+            self.iteration_errors += 1
+            self._event(f"iter {iteration:>3} no candidate: {msg[:100]}")
+
+    @property
+    def iterations_done(self) -> int:
+        with self._lock:
+            return len(self.done_iterations)
+
+    # ------------------------------------------------------------------ display
+    def _render(self) -> Panel:
+        with self._lock:
+            t = Table.grid(padding=(0, 2))
+            t.add_row("iterations", f"{len(self.done_iterations)}/{self.planned}",
+                      "in flight", str(self._in_flight()),
+                      "elapsed", f"{time.monotonic() - self.t0:,.0f} s")
+            isl = "  ".join(f"island {i}: {f:.4f} ({cid})" for i, (f, cid) in sorted(self.best_by_island.items()))
+            fails = ", ".join(f"{k} {v}" for k, v in sorted(self.failures.items())) or "none"
+            body = Group(t, Text(f"best  {isl or '-'}"),
+                         Text(f"failures  {fails};  iterations without a candidate: {self.iteration_errors}"),
+                         Text("\n".join(self.events), style="dim"))
+        return Panel(body, title=self.title)
+
+    def __enter__(self) -> "Progress":
+        if self.console.is_terminal:
+            self._live = Live(get_renderable=self._render, console=self.console, refresh_per_second=2,
+                              transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._live is not None:
+            self._live.__exit__(*exc)
+            self._live = None

@@ -1,0 +1,153 @@
+"""`evolve runs | leaderboard | show | plot | export`: inspect finished searches, export a winner.
+
+Errors are RunsError (a ConfigError): simcore.cli prints them as one line and exits 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from rich.console import Console
+from rich.syntax import Syntax
+from rich.table import Table
+
+from . import runs as R
+
+console = Console(highlight=False)
+
+
+def _f(x: Any, fmt: str = "{:.3f}") -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return fmt.format(x)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    df = R.runs_table(R.runs_root(args.runs_dir))
+    if args.json:
+        print(df.to_json(orient="records"))
+        return 0
+    if df.empty:
+        console.print(f"no runs under {R.runs_root(args.runs_dir)}")
+        return 0
+    t = Table(title=f"runs in {R.runs_root(args.runs_dir)}")
+    for col in ("run", "axis", "cell", "iterations", "best fitness", "best candidate", "status"):
+        t.add_column(col)
+    for r in df.itertuples():
+        t.add_row(r.run_id, r.axis, r.cell, r.iterations, _f(r.best_fitness), r.best_candidate or "-", r.status)
+    console.print(t)
+    return 0
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    run = R.resolve_run(R.runs_root(args.runs_dir), args.run)
+    df = R.candidates(run).head(args.top)
+    if args.json:
+        print(json.dumps({"run_id": run.run_id, "status": run.status,
+                          "candidates": json.loads(df.to_json(orient="records"))}))
+        return 0
+    t = Table(title=f"{run.run_id} ({run.axis} on {run.cell}, {run.status}): top {len(df)}")
+    for col in ("#", "candidate", "fitness [95% CI]", "mean JCT (s)", "p99 JCT (s)", "island", "gen",
+                "parent", "status"):
+        t.add_column(col, justify="right" if col in ("#", "mean JCT (s)", "p99 JCT (s)") else "left")
+    for r in df.itertuples():
+        ci = f" [{_f(r.fitness_lo)}, {_f(r.fitness_hi)}]" if r.status == "ok" else ""
+        status = r.status if r.status == "ok" else f"{r.status}: {r.reason or '?'}"
+        t.add_row(str(r.rank), r.candidate_id, f"{r.fitness:.3f}{ci}", _f(r.mean_jct_s, "{:,.1f}"),
+                  _f(r.p99_jct_s, "{:,.1f}"), _f(r.island, "{:.0f}"), _f(r.generation, "{:.0f}"),
+                  r.parent_id or "(seed)", status)
+    console.print(t)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    run = R.resolve_run(R.runs_root(args.runs_dir), args.run)
+    source, result = R.candidate(run, args.candidate)
+    cid = str(result.get("candidate_id", args.candidate))
+    console.rule(f"{run.run_id} / {cid}: {result.get('status')}"
+                 + (f" ({result.get('reason')})" if result.get("reason") else ""))
+    diff = R.seed_diff(run, source, cid)
+    console.print(Syntax(diff, "diff") if diff else "(identical to the seed)")
+    t = Table(title="metrics", show_header=False)
+    t.add_row("fitness", f"{float(result.get('fitness') or 0):.4f} "
+                         f"[{', '.join(_f(x, '{:.4f}') for x in (result.get('fitness_ci') or []))}]")
+    for k, v in sorted((result.get("metrics") or {}).items()):
+        t.add_row(k, _f(v, "{:,.4g}") if isinstance(v, (int, float)) else str(v))
+    console.print(t)
+    chain = R.lineage(run, cid)
+    console.print("lineage: " + " <- ".join(
+        f"{r['candidate_id']} (it {r.get('iteration', '?')}, fit {_f(r.get('fitness'))})"
+        if r.get("status") != "missing" else f"{r['candidate_id']} (missing)" for r in chain)
+        + ("  [seed]" if chain and chain[-1].get("parent_id") is None and chain[-1].get("status") != "missing" else ""))
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from .plots import plot_run
+    run = R.resolve_run(R.runs_root(args.runs_dir), args.run)
+    run.require_finished("plot")
+    _, result = R.candidate(run, args.candidate)
+    R.require_ok(run, result)
+    cid = result["candidate_id"]
+    out = plot_run(run, run.root / "candidates" / cid / "program.py",
+                   _out_dir(args.out, run.root / "plots"))
+    for p in out:
+        console.print(f"wrote {p}")
+    return 0
+
+
+def _out_dir(value: str | None, default: Any) -> Any:
+    from pathlib import Path
+    return Path(value) if value else default
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import export_run
+    run = R.resolve_run(R.runs_root(args.runs_dir), args.run)
+    pkg = export_run(run, args.candidate, args.to, _out_dir(args.out, None), name=args.name, force=args.force)
+    console.print(f"exported {run.run_id}/{pkg.candidate_id} ({run.axis}) to {pkg.out} as package "
+                  f"'{pkg.package}'; see {pkg.out / 'README.md'}")
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs-dir", metavar="DIR", help=f"runs root (default ${R.ENV_RUNS} or ./runs)")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("runs", help="list search runs")
+    _common(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_runs)
+    p = sub.add_parser("leaderboard", help="a run's candidates, best first")
+    p.add_argument("run", nargs="?", help="run id or directory (default: the latest run)")
+    p.add_argument("--top", type=int, default=20)
+    p.add_argument("--json", action="store_true")
+    _common(p)
+    p.set_defaults(func=cmd_leaderboard)
+    p = sub.add_parser("show", help="one candidate: diff against the seed, metrics, lineage")
+    p.add_argument("run")
+    p.add_argument("candidate")
+    _common(p)
+    p.set_defaults(func=cmd_show)
+    p = sub.add_parser("plot", help="PNGs: fitness per island, JCT CDF and KV utilisation of best vs seed")
+    p.add_argument("run")
+    p.add_argument("--candidate", help="plot this candidate instead of the run's best")
+    p.add_argument("--out", metavar="DIR", help="default: RUN/plots")
+    _common(p)
+    p.set_defaults(func=cmd_plot)
+    p = sub.add_parser("export", help="export a candidate as an installable vLLM package")
+    p.add_argument("run")
+    p.add_argument("--candidate", help="default: the run's best")
+    p.add_argument("--to", choices=["vllm"], default="vllm")
+    p.add_argument("--out", metavar="DIR", required=True)
+    p.add_argument("--name", help="Python package name (default derived from axis and candidate)")
+    p.add_argument("--force", action="store_true", help="overwrite a non-empty DIR")
+    _common(p)
+    p.set_defaults(func=cmd_export)
+
+
+def run(args: argparse.Namespace) -> int:
+    return int(args.func(args) or 0)

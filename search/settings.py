@@ -1,0 +1,115 @@
+"""Search settings: configs/search.yaml, then `--config FILE`, then command-line flags."""
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class SettingsError(ValueError):
+    """Bad search settings; the message is one line naming the file/field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelEntry(_Strict):
+    backend: str                      # offline | openai:MODEL | anthropic:MODEL
+    weight: float = Field(1.0, gt=0)
+    api_base: str | None = None
+
+
+class LLMSettings(_Strict):
+    models: list[ModelEntry] = []
+    temperature: float = Field(1.0, ge=0)
+    max_tokens: int = Field(4096, gt=0)
+    timeout_s: float = Field(120, gt=0)
+    retries: int = Field(2, ge=0)
+
+
+class EvaluatorSettings(_Strict):
+    extra_cells: list[str] = []
+    workload_seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    stage1_cell: str | None = "auto"
+    stage1_threshold: float = Field(0.0, ge=0)
+    simulator: str = "simcore.sim:simulate"
+    leak_check: bool = True
+
+
+class SearchSettings(_Strict):
+    iterations: int = Field(50, gt=0)
+    seed: int = 42
+    islands: int = Field(2, gt=0)
+    population: int = Field(40, gt=1)
+    archive_size: int = Field(20, gt=0)
+    migration_interval: int = Field(10, gt=0)
+    migration_rate: float = Field(0.1, ge=0, le=1)
+    elite_ratio: float = Field(0.2, ge=0, le=1)
+    exploration: float = Field(0.3, ge=0, le=1)
+    exploitation: float = Field(0.6, ge=0, le=1)
+    diff_based: bool = True
+    num_top_programs: int = Field(3, ge=0)
+    num_diverse_programs: int = Field(2, ge=0)
+    checkpoint_interval: int = Field(5, gt=0)
+    max_code_length: int = Field(20000, gt=0)
+    workers: int | None = Field(None, gt=0)
+    timeout_s: float = Field(900, gt=0)
+    llm: LLMSettings = LLMSettings()
+    evaluator: EvaluatorSettings = EvaluatorSettings()
+
+    @model_validator(mode="after")
+    def _ratios(self) -> "SearchSettings":
+        if self.exploration + self.exploitation > 1.0 + 1e-9:
+            raise ValueError("exploration + exploitation must not exceed 1")
+        return self
+
+    def effective_workers(self) -> int:
+        return self.workers or max(1, os.cpu_count() or 1)
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _read_yaml(path: Path | str, text: str | None = None) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text if text is not None else Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise SettingsError(f"{path}: cannot read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise SettingsError(f"{path}: not valid YAML: {' '.join(str(e).split())[:200]}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: expected a mapping of settings at the top level")
+    return data
+
+
+def default_settings_dict() -> dict[str, Any]:
+    ref = resources.files("configs").joinpath("search.yaml")
+    return _read_yaml("configs/search.yaml", ref.read_text(encoding="utf-8"))
+
+
+def load_settings(config_file: str | None = None, overrides: dict[str, Any] | None = None,
+                  base: dict[str, Any] | None = None) -> SearchSettings:
+    """Defaults (or `base`, e.g. a run's saved config) <- config file <- flag overrides."""
+    data = base if base is not None else default_settings_dict()
+    where = "configs/search.yaml"
+    if config_file:
+        data = _deep_merge(data, _read_yaml(config_file))
+        where = config_file
+    data = _deep_merge(data, {k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return SearchSettings.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise SettingsError(f"{where}: {loc}: {err['msg']}") from None
