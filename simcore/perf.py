@@ -41,11 +41,12 @@ DENSE_OPS = ("qkv_proj", "rotary_emb", "o_proj", "gate_up_proj", "act_fn", "down
 class _Overhead:
     """Host overhead (us) by (prefill tokens, n_decode) from step_overhead.csv.
 
-    Smooth model: per profiled chunk the median over its n_decode rows, linear in the chunk
-    between profiled chunks (last segment's slope beyond). n_decode is dropped: rows at one
-    chunk scatter without a trend (RTX 70B chunk 256: 18.5, 5.3, 0.5 ms at n = 4, 8, 12;
-    B200 8B chunk 64: 0.7-7.4 ms), and at chunk 0 the spread is 0.2 ms. Negative medians
-    are kept: decode rows on B200 8B are consistently -0.3..-0.6 ms (the per-op profile
+    Smooth model: decode-only rows (chunk 0) are interpolated in n_decode (clamped to the
+    profiled range): they are clean, e.g. B200 8B -0.34 ms at n=12 falling steadily to
+    -0.57 ms at n=120. For each profiled chunk > 0 the median over its n_decode rows, since
+    those rows scatter without a trend (RTX 70B chunk 256: 18.5, 5.3, 0.5 ms at n = 4, 8, 12;
+    B200 8B chunk 64: 0.7-7.4 ms). Linear in the chunk between profiled chunks, the last
+    segment's slope beyond. Negative values are kept: decode rows on B200 8B are consistently -0.3..-0.6 ms (the per-op profile
     overstates a step); clamping would bias TPOT by ~10 %. Duplicate (chunk, n_decode) rows
     (RTX 70B at 16384): the faster run is kept; its kernel_us matches the per-layer tables
     within 0.5 %, the other run's is 34 % higher throughout (a throttled run).
@@ -57,14 +58,25 @@ class _Overhead:
         med = self.rows.groupby("prefill_chunk")["overhead_us"].median()
         self.chunks = [float(c) for c in med.index]
         self.values = [float(v) for v in med.to_numpy()]
+        dec = self.rows[self.rows["prefill_chunk"] == 0]
+        self._dec_n = dec["n_decode"].to_numpy(float)
+        self._dec_v = dec["overhead_us"].to_numpy(float)
+        self._dec = {}
+
+    def _decode(self, n: float) -> float:
+        v = self._dec.get(n)
+        if v is None:
+            v = self._dec[n] = float(np.interp(n, self._dec_n, self._dec_v)) if len(self._dec_n) else self.values[0]
+        return v
 
     def __call__(self, prefill_tokens: float, n_decode: float) -> float:
         ch, val = self.chunks, self.values
-        if len(ch) == 1:
-            return val[0]
         j = bisect.bisect_right(ch, prefill_tokens) - 1
         j = 0 if j < 0 else (len(ch) - 2 if j > len(ch) - 2 else j)
-        return val[j] + (prefill_tokens - ch[j]) * (val[j + 1] - val[j]) / (ch[j + 1] - ch[j])
+        lo = self._decode(n_decode) if j == 0 and ch[0] == 0 else val[j]
+        if len(ch) == 1:
+            return lo
+        return lo + (prefill_tokens - ch[j]) * (val[j + 1] - lo) / (ch[j + 1] - ch[j])
 
 
 def fit_allreduce(rows: pd.DataFrame, model: ModelSpec) -> tuple[float, float]:

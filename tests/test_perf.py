@@ -237,12 +237,18 @@ def test_bad_tables_raise_one_line_error(tmp_path, case):
 
 
 def test_overhead_model():
-    """Per-chunk median over n_decode, linear in chunk; negatives kept; faster duplicate kept."""
+    """Decode rows interpolated in n; chunks > 0 per-chunk median over n_decode, linear in
+    chunk; negatives kept; faster duplicate kept."""
     rtx, b8 = pm(RTX70), pm(B8)
     rows = b8.overhead.rows
     for c, g in rows.groupby("prefill_chunk"):
-        assert b8.overhead(c, 7) == pytest.approx(g["overhead_us"].median())
-    assert b8.overhead(0, 4) < -300            # B200 8B decode rows: wall < summed kernels
+        if c > 0:
+            assert b8.overhead(c, 7) == pytest.approx(g["overhead_us"].median())
+        else:
+            for r in g.itertuples():
+                assert b8.overhead(0, r.n_decode) == pytest.approx(r.overhead_us)
+    assert b8.overhead(0, 4) < -300 and b8.overhead(0, 120) < b8.overhead(0, 32)   # wall < summed kernels
+    assert b8.overhead(0, 1) == b8.overhead(0, 4) and b8.overhead(0, 128) == b8.overhead(0, 120)   # clamped
     mid = b8.overhead(768, 4)
     assert min(b8.overhead(512, 4), b8.overhead(1024, 4)) <= mid <= max(b8.overhead(512, 4), b8.overhead(1024, 4))
     dup = rtx.overhead.rows[rtx.overhead.rows["prefill_chunk"] == 16384]
