@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simcore.config import Cell, HardwareSpec, ModelSpec, profiles_root
+from simcore.config import Cell, HardwareSpec, ModelSpec, model_catalog, profiles_root
 from simcore.perftables import (ATTN_AXES, AttentionGrid, PerfTableError, extend_linear, isotonic, load_attention,  # noqa: F401
                                 read_table, rescale_attention)
 from simcore.roofline import STEP_OVERHEAD_US, Roofline
@@ -46,8 +46,8 @@ class _Overhead:
     -0.57 ms at n=120. For each profiled chunk > 0 the median over its n_decode rows, since
     those rows scatter without a trend (RTX 70B chunk 256: 18.5, 5.3, 0.5 ms at n = 4, 8, 12;
     B200 8B chunk 64: 0.7-7.4 ms). Linear in the chunk between profiled chunks, the last
-    segment's slope beyond. Negative values are kept: decode rows on B200 8B are consistently -0.3..-0.6 ms (the per-op profile
-    overstates a step); clamping would bias TPOT by ~10 %. Duplicate (chunk, n_decode) rows
+    segment's slope beyond. Negative values are kept: decode rows on B200 8B are consistently
+    -0.3..-0.6 ms (the per-op profile overstates a step); clamping would bias TPOT by ~10 %. Duplicate (chunk, n_decode) rows
     (RTX 70B at 16384): the faster run is kept; its kernel_us matches the per-layer tables
     within 0.5 %, the other run's is 34 % higher throughout (a throttled run).
     """
@@ -61,7 +61,7 @@ class _Overhead:
         dec = self.rows[self.rows["prefill_chunk"] == 0]
         self._dec_n = dec["n_decode"].to_numpy(float)
         self._dec_v = dec["overhead_us"].to_numpy(float)
-        self._dec = {}
+        self._dec: dict[float, float] = {}
 
     def _decode(self, n: float) -> float:
         v = self._dec.get(n)
@@ -239,7 +239,7 @@ class PerfModel:
         """Sum of `steps` decode-only steps, the mean context growing by one per step.
 
         Everything but attention is constant, and attention is piecewise linear in the mean
-        context (bilinear grid cells, or the roofline's max of lines), so the sum is exact
+        context (bilinear grid cells, or the roofline's single line), so the sum is exact
         per linear piece: count x value at the piece's mean context. O(pieces crossed)."""
         if steps <= 0 or n_decode <= 0:
             return 0.0
@@ -276,7 +276,6 @@ def build_perf_model(cell: Cell) -> PerfModel:
 
 @functools.lru_cache(maxsize=32)
 def _build(hw: HardwareSpec, model: ModelSpec, tp: int) -> PerfModel:
-    from simcore.config import model_catalog
     folder = profile_folder(hw, model, tp)
     donor = None
     if folder is not None and tp == 1 and not (folder / "attention.csv").exists():
