@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 
 from simcore.config import Cell, HardwareSpec, ModelSpec, model_catalog, profiles_root
-from simcore.perftables import (ATTN_AXES, AttentionGrid, PerfTableError, extend_linear, isotonic, load_attention,  # noqa: F401
-                                read_table, rescale_attention)
+from simcore.perftables import (  # noqa: F401  (ATTN_AXES, PerfTableError re-exported)
+    ATTN_AXES, AttentionGrid, PerfTableError, extend_linear, isotonic, load_attention, read_table, rescale_attention)
 from simcore.roofline import STEP_OVERHEAD_US, Roofline
 
 DENSE_OPS = ("qkv_proj", "rotary_emb", "o_proj", "gate_up_proj", "act_fn", "down_proj")
@@ -47,7 +47,8 @@ class _Overhead:
     those rows scatter without a trend (RTX 70B chunk 256: 18.5, 5.3, 0.5 ms at n = 4, 8, 12;
     B200 8B chunk 64: 0.7-7.4 ms). Linear in the chunk between profiled chunks, the last
     segment's slope beyond. Negative values are kept: decode rows on B200 8B are consistently
-    -0.3..-0.6 ms (the per-op profile overstates a step); clamping would bias TPOT by ~10 %. Duplicate (chunk, n_decode) rows
+    -0.3..-0.6 ms (the per-op profile overstates a step); clamping would bias TPOT by ~10 %.
+    Duplicate (chunk, n_decode) rows
     (RTX 70B at 16384): the faster run is kept; its kernel_us matches the per-layer tables
     within 0.5 %, the other run's is 34 % higher throughout (a throttled run).
     """
@@ -128,7 +129,8 @@ class PerfModel:
             if {"lm_head", "sampler"} - set(q.columns) or q.isna().any().any():
                 raise PerfTableError(f"{folder / 'per_sequence.csv'}: needs lm_head and sampler at every count")
             x = np.concatenate([[0.0], q.index.to_numpy(float)])
-            self._seq = extend_linear(x, np.concatenate([[0.0], isotonic((q["lm_head"] + q["sampler"]).to_numpy())]), 4097)
+            y = np.concatenate([[0.0], isotonic((q["lm_head"] + q["sampler"]).to_numpy())])
+            self._seq = extend_linear(x, y, 4097)
             parts["per_sequence"] = "profile"
         else:
             self._seq = [0.0] + [self.roof.per_sequence_us(s) for s in range(1, 4097)]
