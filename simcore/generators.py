@@ -12,9 +12,9 @@ The one quantity that decides most of a workload's volume, the size of each prog
 for SWE, the BFCL record drawn), is taken at stratified quantiles: every block of `strata`
 consecutive programs holds exactly one quantile from each of `strata` equal slices of
 (0, 1), in a seeded order, jittered inside its slice. The total context of a SWE workload
-grows with the square of the call counts, so independent draws would scatter the 50-program
-total by about +-12 % around the published 38.7 M tokens; one draw per slice holds it to a
-few per cent while any single program is still a random draw.
+grows with the square of the call counts, so with independent draws the 50-program total
+would have a 19 % standard deviation around the published 38.7 M tokens; one draw per
+slice holds it to 2 % while any single program is still a random draw.
 """
 from __future__ import annotations
 
