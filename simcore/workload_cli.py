@@ -169,6 +169,10 @@ def _print_stats(path: str, s: dict[str, Any]) -> None:
         ("share of tool time in calls > 60 s", _fmt(s["tool_time_share_over_60s"])),
         ("arrival span s", _fmt(s["arrival_span_s"])),
     ]
+    top = sorted(s["tools"].items(), key=lambda kv: -kv[1]["calls"])[:6]
+    if top:
+        rows.append(("median s of the commonest tools",
+                     ", ".join(f"{name} {_fmt(v['median_s'])}" for name, v in top)))
     for k, v in rows:
         t.add_row(k, str(v))
     Console().print(t)
