@@ -128,3 +128,17 @@ def test_broken_parameter_file_is_one_line_error(tmp_path) -> None:
     with pytest.raises(WorkloadError) as e:
         generate("swe", 3, 0, config_path=bad)
     assert "invalid YAML" in str(e.value)
+
+
+@pytest.mark.parametrize("cell,kind,n,published", [
+    ("rtx70b_swe_0.02", None, None, 3726.0),      # paper Table 1 cell, stock mean JCT (DESIGN §2)
+    ("b200_8b_swe20_0.06", None, None, 53.0),     # B200 8B SWE, 20 programs at 0.06 JPS
+    ("b200_8b_bfcl_0.06", "bfcl", 20, 11.3),      # B200 8B BFCL, 20 programs
+])
+def test_stock_jct_within_15_percent_of_published(cell: str, kind, n, published: float) -> None:
+    """Calibration guard (issue 3): generator + engine at cache-LRU + FCFS, the cells' seed.
+    benchmarks/calibration.py prints the full table, including the figures not reached."""
+    from simcore.sim import simulate
+    programs = generate(kind, n, 0) if kind else None
+    jct = simulate(cell, programs=programs, seed=0).summary["mean_jct_s"]
+    assert close(jct, published, 0.15), (cell, jct, published)
