@@ -62,6 +62,18 @@ def test_import_each_format(tmp_path: Path) -> None:
         assert load_programs(out)
 
 
+def test_stats_of_single_call_programs(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "mc.jsonl"
+    assert run_cli(["workload", "import", "--format", "mooncake",
+                    str(DATA / "mooncake" / "conversation_trace.jsonl"), "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert run_cli(["workload", "stats", str(out), "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["programs"] == s["calls"] == 200 and s["tool_calls"] == 0
+    assert s["tool_s"]["median"] is None and s["tool_time_share_over_60s"] is None
+    assert s["arrival_span_s"] > 0                              # recorded arrivals kept
+
+
 def test_bad_input_exits_2_with_one_line(tmp_path: Path, capsys) -> None:
     src = DATA / "mooncake" / "conversation_trace.jsonl"
     cases = [
