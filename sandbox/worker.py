@@ -15,13 +15,17 @@ Start-up order matters (each step is a layer; see docs/sandbox.md):
   6. an audit hook as a tripwire that ends the worker on any sensitive event.
 Then the candidate is compiled with restricted builtins and a restricted `__import__`.
 
-Protocol (one JSON value per line, both ways):
+Protocol. Parent -> worker: frames of a 4-byte little-endian length + a `marshal` dump of
+plain data (str/int/float/bool/None/list/tuple/dict); the parent is trusted and marshal is
+5x faster than json here. Worker -> parent: one JSON value per line, because the parent
+must parse what untrusted code produced (never pickle, never marshal, in that direction).
   parent -> {"source": ..., "axis": ...}                 worker -> [1, info] | [0, reason]
-  parent -> [hook, now, pcb_fields, extra, signals|null]  worker -> [1, value] | [0, reason]
+  parent -> [hook, now, pcb_row, extra, signals|None]    worker -> [1, value] | [0, reason]
 where hook is "c" (on_turn_complete, extra = request_id), "a" (on_turn_arrival),
-"p" (priority) or "s" (select, extra = instance rows); signals null = unchanged.
+"p" (priority) or "s" (select, extra = instance rows); signals None = unchanged.
 """
 import json
+import marshal
 import os
 import sys
 
@@ -109,13 +113,33 @@ ProgramView = _make_view_class("ProgramView", VIEW_FIELDS, {"gap_elapsed_s": _ga
 InstanceView = _make_view_class("InstanceView", INSTANCE_FIELDS, {
     "inflight": property(lambda self: self.running + self.waiting)})
 Signals = _make_view_class("Signals", SIGNAL_FIELDS)
-_TUPLE_IDX = tuple(VIEW_FIELDS.index(f) for f in TUPLE_FIELDS)
+N_SCALAR = len(VIEW_FIELDS) - len(TUPLE_FIELDS)
+assert VIEW_FIELDS[N_SCALAR:] == TUPLE_FIELDS
+# The history tuples only grow, so the parent sends each as (start, new items) against
+# what it sent last time for that program; the full tuples live here.
+_HISTORY = {}
 
 
 def make_view(row):
-    for i in _TUPLE_IDX:
-        row[i] = tuple(row[i])
-    return tuple.__new__(ProgramView, row)
+    """Rebuild a view from [15 scalars, (start, items) x 4] (see the client's encoder)."""
+    pid = row[0]
+    hist = _HISTORY.get(pid)
+    if hist is None:
+        hist = _HISTORY[pid] = [(), (), (), ()]
+    vals = list(row[:N_SCALAR])
+    for j in range(4):
+        start = row[N_SCALAR + 2 * j]
+        items = row[N_SCALAR + 2 * j + 1]
+        cur = hist[j]
+        if start != len(cur):
+            if start > len(cur):
+                raise ValueError("protocol: history out of step")
+            cur = cur[:start]
+        if items:
+            cur = cur + tuple(items)
+        hist[j] = cur
+        vals.append(cur)
+    return tuple.__new__(ProgramView, vals)
 
 
 def make_instances(rows):
@@ -341,7 +365,7 @@ def harden(cfg):
 
 # Audit events that only an escape attempt can raise once the candidate is loaded.
 _TRIPWIRE_PREFIXES = ("open", "os.", "subprocess.", "socket.", "ctypes.", "sys._getframe",
-                      "sys._current_frames", "gc.", "import", "compile", "exec", "marshal.",
+                      "sys._current_frames", "gc.", "import", "compile", "exec",
                       "pickle.", "shutil.", "urllib.", "http.", "_thread.", "code.__new__",
                       "function.__new__", "sys.setprofile", "sys.settrace", "builtins.input", "pty.", "resource.", "signal.",
                       "syslog.", "mmap.", "fcntl.", "sqlite3.", "webbrowser", "ftplib.",
@@ -452,8 +476,16 @@ def load_candidate(source, axis, ns):
     return policy, {"class": cls.__name__, "name": str(name), "engine_args": ea}
 
 
+def read_frame(read):
+    hdr = read(4)
+    if len(hdr) < 4:
+        return None
+    body = read(int.from_bytes(hdr, "little"))
+    return marshal.loads(body)
+
+
 def serve(policy, axis, state):
-    readline = sys.stdin.buffer.readline
+    read = sys.stdin.buffer.read
     signals = None
     hooks = {
         "c": lambda pcb, now, extra: policy.on_turn_complete(pcb, extra, now),
@@ -462,10 +494,10 @@ def serve(policy, axis, state):
         "s": lambda pcb, now, extra: policy.select(pcb, make_instances(extra), now),
     }
     while True:
-        line = readline()
-        if not line:
+        msg = read_frame(read)
+        if msg is None:
             return
-        hook, now, row, extra, sig = json.loads(line)
+        hook, now, row, extra, sig = msg
         if sig is not None:
             signals = make_signals(sig)
         try:
@@ -495,7 +527,7 @@ def main():
         layers.mark("audit_tripwire", True)
     else:
         layers.mark("audit_tripwire", False, "disabled by caller")
-    msg = json.loads(sys.stdin.buffer.readline() or b"null")
+    msg = read_frame(sys.stdin.buffer.read)
     if not isinstance(msg, dict):
         return
     try:
