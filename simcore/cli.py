@@ -109,7 +109,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     cell = get_cell(args.cell)
     programs = load_programs(args.workload) if args.workload else None
     pols = {axis: _load_policy_arg(axis, getattr(args, axis), args.trusted) for axis in AXES}
-    res = simulate(cell, programs=programs, seed=args.seed, **pols)
+    res = simulate(cell, programs=programs, seed=args.seed, arrivals=args.arrivals, **pols)
     if args.out:
         res.write(args.out)
     if args.json:
@@ -181,6 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument(f"--{axis}", metavar="P", help=f"{axis} policy: shipped name or policy file")
     c.add_argument("--seed", type=int)
     c.add_argument("--workload", metavar="FILE", help="JSONL workload instead of the cell's")
+    c.add_argument("--arrivals", choices=["poisson", "recorded"],
+                   help="Poisson at the cell's rate, or the trace's recorded times (meta.arrival_s)")
     c.add_argument("--trusted", action="store_true", help="run policy files in-process (no sandbox)")
     c.add_argument("--out", metavar="DIR", help="write summary.json, programs.csv, calls.csv, kv_timeline.csv")
     c.add_argument("--json", action="store_true")
@@ -221,6 +223,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return 130
+    except BrokenPipeError:  # `evolve ... --json | head`: the reader left; not an error
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

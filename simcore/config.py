@@ -67,9 +67,11 @@ class EngineArgs(_Strict):
 
 
 class WorkloadSpec(_Strict):
-    kind: Literal["swe", "bfcl", "file"]
+    kind: Literal["swe", "swe-tracelab", "bfcl", "file"]
     programs: int | None = Field(None, gt=0)
     path: str | None = None
+    # "recorded": use each program's meta.arrival_s (imported traces); else Poisson at the rate
+    arrivals: Literal["poisson", "recorded"] = "poisson"
 
     @model_validator(mode="after")
     def _check(self) -> "WorkloadSpec":

@@ -48,6 +48,17 @@ def _check_fits(programs: Sequence[Program], cell: Cell) -> None:
                     f"KV pool of cell '{cell.name}' ({pool} tokens)")
 
 
+def recorded_arrivals(programs: Sequence[Program]) -> list[float]:
+    """Arrival times kept by an importer in meta.arrival_s, shifted so the first is 0."""
+    missing = [p.program_id for p in programs if not isinstance(p.meta.get("arrival_s"), (int, float))]
+    if missing:
+        raise WorkloadError(f"--arrivals recorded: program '{missing[0]}' has no numeric meta.arrival_s "
+                            f"({len(missing)} of {len(programs)} programs lack one)")
+    t = [float(p.meta["arrival_s"]) for p in programs]
+    t0 = min(t)
+    return [x - t0 for x in t]
+
+
 def _policy_label(spec: Any, obj: Any) -> str:
     if isinstance(spec, str):
         return spec
@@ -130,12 +141,14 @@ class Simulation:
 def simulate(cell: Cell | str, programs: Sequence[Program] | None = None, retention: Any = None,
              scheduling: Any = None, routing: Any = None, seed: int | None = None,
              decision_log: list | None = None, view_hook: ViewHook | None = None,
-             arrivals: Sequence[float] | None = None) -> SimResult:
+             arrivals: Sequence[float] | str | None = None) -> SimResult:
     """Simulate one cell under one policy combination.
 
     Policies are shipped names, policy-file paths or policy objects; None takes the
     cell's default. `seed` draws the workload (if generated) and the Poisson arrivals;
-    every policy gets the same draw (common random numbers).
+    every policy gets the same draw (common random numbers). `arrivals` may be a list of
+    times, "poisson", or "recorded" (meta.arrival_s of imported traces); None follows the
+    cell's workload spec.
     """
     t0 = time.perf_counter()
     if isinstance(cell, str):
@@ -150,7 +163,15 @@ def simulate(cell: Cell | str, programs: Sequence[Program] | None = None, retent
         raise WorkloadError("workload has no programs")
     _check_fits(progs, cell)
     if arrivals is None:
+        arrivals = cell.workload.arrivals
+    if arrivals == "recorded":
+        arrivals = recorded_arrivals(progs)
+    elif arrivals == "poisson":
         arrivals = poisson_arrivals(len(progs), cell.rate_jps, seed)
+    elif isinstance(arrivals, str):
+        raise WorkloadError(f"unknown arrivals mode '{arrivals}' (known: poisson, recorded)")
+    if len(arrivals) != len(progs):
+        raise WorkloadError(f"{len(arrivals)} arrival times for {len(progs)} programs")
     sim = Simulation(cell, progs, arrivals, pol["retention"], pol["scheduling"], pol["routing"],
                      decision_log, view_hook)
     sim.run()

@@ -79,3 +79,16 @@ def test_call_that_can_never_fit_is_one_line(tmp_path):
     f.write_text('{"program_id":"big","calls":[{"prompt_tokens":200000,"output_tokens":5,"tool":null}]}\n')
     _one_line_error(run_cli("simulate", "--cell", "rtx70b_swe_0.1", "--workload", str(f)),
                     "program 'big' call 0", "can never fit the KV pool")
+
+
+def test_recorded_arrivals_from_an_imported_trace(tmp_path, capsys):
+    out = tmp_path / "tl.jsonl"
+    assert main(["workload", "import", "--format", "tracelab", "--arrivals", "recorded",
+                 "tests/data/tracelab/replay_multi_session_large.csv", "-o", str(out)]) == 0
+    from simcore.sim import simulate
+    from simcore.workload import load_programs
+    progs = load_programs(out)
+    res = simulate("b200_8b_swe_0.1", programs=progs, arrivals="recorded")
+    want = sorted(p.meta["arrival_s"] - min(q.meta["arrival_s"] for q in progs) for p in progs)
+    assert sorted(res.programs["arrival_s"]) == want
+    assert len(set(want)) > 1
