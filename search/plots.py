@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; never open a window (CI, ssh)
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402,F401
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -27,6 +28,7 @@ def plot_islands(run: Run, out: Path) -> Path:
     for isl, g in df.groupby("island"):
         ax.step(g["iteration"], g["best_fitness"], where="post", marker="o", ms=3, label=f"island {isl}")
     ax.axhline(1.0, color="grey", lw=0.8, ls="--", label="seed parity")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set(xlabel="iteration", ylabel="best fitness so far (seed JCT / candidate JCT)",
            title=f"{run.run_id}: best fitness per island")
     ax.legend()
@@ -44,9 +46,9 @@ def simulate_pair(run: Run, best_path: Path) -> dict[str, Any]:
 
 def plot_jct_cdf(run: Run, results: dict[str, Any], out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4))
-    for label, res in results.items():
+    for (label, res), ls in zip(results.items(), ("-", "--")):
         jct = np.sort(res.programs["jct_s"].to_numpy())
-        ax.step(jct, np.arange(1, len(jct) + 1) / len(jct), where="post",
+        ax.step(jct, np.arange(1, len(jct) + 1) / len(jct), where="post", ls=ls,
                 label=f"{label} (mean {jct.mean():,.0f} s)")
     ax.set(xlabel="job completion time (s)", ylabel="fraction of programs",
            title=f"{run.cell}: JCT CDF, best vs seed")
@@ -55,14 +57,29 @@ def plot_jct_cdf(run: Run, results: dict[str, Any], out: Path) -> Path:
     return _save(fig, out / "jct_cdf.png")
 
 
+def binned_utilisation(tl: pd.DataFrame, bins: int = 300, fine: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    """Time-average of the step function kv_utilization(t) over `bins` equal bins.
+
+    The raw timeline changes at every engine step; plotted as is it is a solid band.
+    """
+    t = tl["t_s"].to_numpy(dtype=float)
+    u = tl["kv_utilization"].to_numpy(dtype=float)
+    if len(t) < 2:
+        return t, u
+    grid = np.linspace(t[0], t[-1], bins * fine)
+    held = u[np.clip(np.searchsorted(t, grid, side="right") - 1, 0, len(u) - 1)]
+    return grid.reshape(bins, fine).mean(axis=1), held.reshape(bins, fine).mean(axis=1)
+
+
 def plot_kv(run: Run, results: dict[str, Any], out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4))
-    for (label, res), color in zip(results.items(), ("tab:blue", "tab:orange")):
+    styles = (("tab:blue", "-"), ("tab:orange", "--"))
+    for (label, res), (color, ls) in zip(results.items(), styles):
         for i, tl in enumerate(res.kv_timeline):
-            df = pd.DataFrame(tl)
-            ax.plot(df["t_s"], df["kv_utilization"] * 100.0, color=color, lw=0.8, alpha=0.8,
-                    label=label if i == 0 else None)
-    ax.set(xlabel="simulated time (s)", ylabel="KV cache utilisation (%)", ylim=(0, 105),
+            x, y = binned_utilisation(pd.DataFrame(tl))
+            ax.plot(x, y * 100.0, color=color, ls=ls, lw=1.2,
+                    label=f"{label} (mean {res.summary['mean_kv_utilization']:.0%})" if i == 0 else None)
+    ax.set(xlabel="simulated time (s)", ylabel="KV cache utilisation (%, binned mean)", ylim=(0, 105),
            title=f"{run.cell}: KV utilisation, best vs seed")
     ax.legend()
     ax.grid(alpha=0.3)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -15,13 +16,27 @@ from rich.table import Table
 
 from . import runs as R
 
-console = Console(highlight=False)
+# Piped output (CI logs, `| less`) gets wide tables instead of Rich's 80-column default.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+def _missing(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
 
 
 def _f(x: Any, fmt: str = "{:.3f}") -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    return fmt.format(x)
+    return "-" if _missing(x) else fmt.format(x)
+
+
+def _s(x: Any, default: str = "-") -> str:
+    return default if _missing(x) or x == "" else str(x)
+
+
+def _table(title: str, columns: list[str], fold: tuple[str, ...] = ()) -> Table:
+    t = Table(title=title)
+    for c in columns:
+        t.add_column(c, overflow="fold" if c in fold else "ellipsis")
+    return t
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -32,11 +47,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if df.empty:
         console.print(f"no runs under {R.runs_root(args.runs_dir)}")
         return 0
-    t = Table(title=f"runs in {R.runs_root(args.runs_dir)}")
-    for col in ("run", "axis", "cell", "iterations", "best fitness", "best candidate", "status"):
-        t.add_column(col)
+    t = _table(f"runs in {R.runs_root(args.runs_dir)}",
+               ["run", "axis", "cell", "iterations", "best fitness", "best candidate", "status"],
+               fold=("run", "cell", "best candidate"))
     for r in df.itertuples():
-        t.add_row(r.run_id, r.axis, r.cell, r.iterations, _f(r.best_fitness), r.best_candidate or "-", r.status)
+        t.add_row(r.run_id, r.axis, r.cell, r.iterations, _f(r.best_fitness), _s(r.best_candidate), r.status)
     console.print(t)
     return 0
 
@@ -48,16 +63,15 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         print(json.dumps({"run_id": run.run_id, "status": run.status,
                           "candidates": json.loads(df.to_json(orient="records"))}))
         return 0
-    t = Table(title=f"{run.run_id} ({run.axis} on {run.cell}, {run.status}): top {len(df)}")
-    for col in ("#", "candidate", "fitness [95% CI]", "mean JCT (s)", "p99 JCT (s)", "island", "gen",
-                "parent", "status"):
-        t.add_column(col, justify="right" if col in ("#", "mean JCT (s)", "p99 JCT (s)") else "left")
+    t = _table(f"{run.run_id} ({run.axis} on {run.cell}, {run.status}): top {len(df)}",
+               ["#", "candidate", "fitness [95% CI]", "mean JCT (s)", "p99 JCT (s)", "island", "gen", "parent",
+                "status"], fold=("candidate", "fitness [95% CI]", "parent", "status"))
     for r in df.itertuples():
         ci = f" [{_f(r.fitness_lo)}, {_f(r.fitness_hi)}]" if r.status == "ok" else ""
-        status = r.status if r.status == "ok" else f"{r.status}: {r.reason or '?'}"
+        status = r.status if r.status == "ok" else f"{r.status}: {_s(r.reason, '?')}"
         t.add_row(str(r.rank), r.candidate_id, f"{r.fitness:.3f}{ci}", _f(r.mean_jct_s, "{:,.1f}"),
                   _f(r.p99_jct_s, "{:,.1f}"), _f(r.island, "{:.0f}"), _f(r.generation, "{:.0f}"),
-                  r.parent_id or "(seed)", status)
+                  _s(r.parent_id, "(seed)"), status)
     console.print(t)
     return 0
 
@@ -69,7 +83,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     console.rule(f"{run.run_id} / {cid}: {result.get('status')}"
                  + (f" ({result.get('reason')})" if result.get("reason") else ""))
     diff = R.seed_diff(run, source, cid)
-    console.print(Syntax(diff, "diff") if diff else "(identical to the seed)")
+    console.print(Syntax(diff, "diff", word_wrap=True) if diff else "(identical to the seed)")
     t = Table(title="metrics", show_header=False)
     t.add_row("fitness", f"{float(result.get('fitness') or 0):.4f} "
                          f"[{', '.join(_f(x, '{:.4f}') for x in (result.get('fitness_ci') or []))}]")
@@ -80,7 +94,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     console.print("lineage: " + " <- ".join(
         f"{r['candidate_id']} (it {r.get('iteration', '?')}, fit {_f(r.get('fitness'))})"
         if r.get("status") != "missing" else f"{r['candidate_id']} (missing)" for r in chain)
-        + ("  [seed]" if chain and chain[-1].get("parent_id") is None and chain[-1].get("status") != "missing" else ""))
+        + ("  (seed)" if chain and chain[-1].get("parent_id") is None and chain[-1].get("status") != "missing"
+           else ""), markup=False)
     return 0
 
 

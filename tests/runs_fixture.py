@@ -1,0 +1,76 @@
+"""Build small search-run directories (the search/rundir.py layout) with real simulated metrics."""
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+CELL = "rtx70b_swe10_0.1"
+SEED_FILES = {"scheduling": "scheduling_plas.py", "retention": "retention_ttl.py", "routing": "routing_affinity.py"}
+# (candidate id, parent, island, iteration, edit of the seed source or None = failed candidate)
+VARIANTS = {
+    "scheduling": [
+        ("it0001-aaaa", "it0000-seed", 0, 1,
+         ("return int(round(pcb.attained_service_s * 1000.0))",
+          "return int(round(pcb.attained_service_s * 1000.0 + pcb.context_tokens * 0.01))")),
+        ("it0002-bbbb", "it0000-seed", 1, 2, None),
+        ("it0003-cccc", "it0001-aaaa", 1, 3,
+         ("return int(round(pcb.attained_service_s * 1000.0))",
+          "return int(round(pcb.attained_service_s * 500.0 - (now - pcb.arrival_s) * 10.0))")),
+    ],
+    "retention": [
+        ("it0001-aaaa", "it0000-seed", 0, 1, ("TAU_S = 2.0", "TAU_S = 30.0")),
+        ("it0002-bbbb", "it0000-seed", 1, 2, None),
+    ],
+}
+
+
+def seed_source(axis: str) -> str:
+    return resources.files("seeds").joinpath(SEED_FILES[axis]).read_text(encoding="utf-8")
+
+
+def _write(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2) if not isinstance(obj, str) else obj, encoding="utf-8")
+
+
+def make_run(root: Path, axis: str = "scheduling", status: str = "finished", run_id: str | None = None,
+             started_at: str = "2026-11-30T01:00:00+00:00") -> Path:
+    """A run with the seed, ok and failed candidates, metrics from real simulations (seed 0)."""
+    from simcore.sim import simulate
+    run_id = run_id or f"{axis}-{CELL}-fixture"
+    d = root / run_id
+    seed = seed_source(axis)
+    _write(d / "seed.py", seed)
+    (d / "checkpoints").mkdir(parents=True, exist_ok=True)
+    seed_summary = simulate(CELL, seed=0, **{axis: str(d / "seed.py")}).summary
+    rows = [("it0000-seed", None, 0, 0, seed)]
+    for cid, parent, island, it, edit in VARIANTS[axis]:
+        rows.append((cid, parent, island, it, None if edit is None else seed.replace(*edit)))
+    best, best_fit = None, -1.0
+    for cid, parent, island, it, src in rows:
+        cdir = d / "candidates" / cid
+        if src is None:
+            _write(cdir / "program.py", seed.replace("import math", "import os"))
+            res = {"status": "failed", "fitness": 0.0, "fitness_ci": [0.0, 0.0], "metrics": {},
+                   "reason": "gate: imports a forbidden module 'os'"}
+        else:
+            _write(cdir / "program.py", src)
+            m = dict(simulate(CELL, seed=0, **{axis: str(cdir / "program.py")}).summary)
+            fit = seed_summary["mean_jct_s"] / m["mean_jct_s"]
+            res = {"status": "ok", "fitness": fit, "fitness_ci": [fit * 0.97, fit * 1.03], "metrics": m,
+                   "reason": None}
+            if fit > best_fit:
+                best, best_fit, best_src, best_res = cid, fit, src, res
+        res.update({"candidate_id": cid, "parent_id": parent, "island": island, "generation": it and 1,
+                    "iteration": it, "created_at": started_at})
+        _write(cdir / "result.json", res)
+    _write(d / "best" / "policy.py", best_src)
+    _write(d / "best" / "result.json", best_res)
+    _write(d / "run.json", {
+        "run_id": run_id, "axis": axis, "cell": CELL, "seed_file": f"seeds/{SEED_FILES[axis]}",
+        "config": {"iterations": 3, "evaluator": {"workload_seeds": [0]}}, "llm": "offline", "status": status,
+        "iterations_planned": 3, "iterations_done": 3 if status == "finished" else 1, "started_at": started_at,
+        "finished_at": started_at if status == "finished" else None, "best_candidate": best})
+    return d
