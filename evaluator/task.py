@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import math
+import sys
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -32,6 +33,7 @@ def resolve_simulator(spec: str) -> Callable[..., Any]:
         if loader_spec is None or loader_spec.loader is None:
             raise ValueError(f"simulator file {path} cannot be loaded")
         mod = importlib.util.module_from_spec(loader_spec)
+        sys.modules[loader_spec.name] = mod     # dataclasses in the file look their module up
         loader_spec.loader.exec_module(mod)
     else:
         mod = importlib.import_module(mod_name)

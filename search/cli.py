@@ -57,14 +57,14 @@ def _ensure_fixed_hash_seed() -> None:
 
 
 def _fail(msg: str) -> int:
-    Console(stderr=True, highlight=False).print(f"[red]error:[/red] {msg}")
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]error:[/red] {msg}")
     return 2
 
 
 def run(args: argparse.Namespace) -> int:
     """The bare form: create a run directory and search."""
     from .driver import SearchError, create_run, execute
-    from .llm import LLMSetupError, entries_for, parse_spec
+    from .llm import LLMSetupError, build_models, entries_for, parse_spec
     from .settings import SettingsError, load_settings
 
     if not args.axis or not args.cell:
@@ -82,9 +82,10 @@ def run(args: argparse.Namespace) -> int:
             Console(stderr=True).print("note: an API key is set but no model was chosen; searching with the "
                                        "offline mutator (use --llm openai:MODEL or anthropic:MODEL)")
         _ensure_fixed_hash_seed()
+        build_models(entries, settings.llm, settings.seed, preflight=True)   # fail before creating the run
         run_dir = create_run(args.axis, args.cell, settings, label,
                              [e.model_dump() for e in entries], args.run_dir, args.seed_file)
-        return execute(run_dir, args.ray_address)
+        return execute(run_dir, args.ray_address, preflight=False)
     except (SettingsError, LLMSetupError, SearchError) as e:
         return _fail(str(e))
 

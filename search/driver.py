@@ -86,7 +86,7 @@ def execute(run: RunDir, ray_address: str | None = None, console: Console | None
     from .prompt import system_message
     from .settings import ModelEntry
 
-    console = console or Console(highlight=False)
+    console = console or Console(highlight=False, soft_wrap=True)
     meta = run.load_meta()
     settings = SearchSettings.model_validate(meta["config"])
     axis, cell_name = meta["axis"], meta["cell"]

@@ -151,6 +151,9 @@ class SearchEngine:
         self._best: dict[str, Any] | None = None
         self.oe: OpenEvolve | None = None
         self._by_source: dict[str, dict[str, Any]] = {}   # source hash -> evaluation, within this run
+        # (iteration, island, reason, edit) of candidates that scored 0, in the order the main
+        # loop processed them; shown in later prompts of the same island
+        self.failures: list[tuple[int, int, str, str]] = []
 
     # ------------------------------------------------------------------ scoring
     def score(self, source: str, iteration: int, parent_cid: str | None, island: int,
@@ -280,10 +283,9 @@ class SearchEngine:
             top_programs=[p.to_dict() for p in shown], inspirations=[p.to_dict() for p in inspirations],
             language="python", evolution_round=iteration, diff_based_evolution=oe.config.diff_based_evolution,
             program_artifacts=None, feature_dimensions=db.config.feature_dimensions)
-        failures = [p for p in island_programs if p.metadata.get("failure")]
-        failures.sort(key=lambda p: -p.iteration_found)
-        if failures:
-            lines = [f"- iteration {p.iteration_found}: {p.metadata['failure'][:300]}" for p in failures[:3]]
+        recent = [f for f in self.failures if f[1] == parent_island][-3:]
+        if recent:
+            lines = [f"- iteration {it}: {text[:300]}\n  edit: {changes[:300]}" for it, _isl, text, changes in recent]
             prompt["user"] += ("\n\n# Recent candidates that scored 0 (avoid repeating these mistakes)\n"
                                + "\n".join(lines))
         ph = hashlib.sha256(json.dumps(prompt, sort_keys=True).encode()).hexdigest()
@@ -304,6 +306,23 @@ class SearchEngine:
         return None
 
     # ------------------------------------------------------------------ whole run
+    def _keep_failures_out(self, db: Any) -> None:
+        """Failed candidates stay on disk and in the prompt's feedback, not in the population:
+        a parent that fails admission would only breed children that fail the same way."""
+        add = db.add
+
+        def add_unless_failed(program: Program, iteration: int | None = None,
+                              target_island: int | None = None) -> str | None:
+            failure = program.metadata.get("failure")
+            if failure:
+                island = program.metadata.get("island", target_island or 0)
+                self.failures.append((program.iteration_found, island, failure,
+                                      str(program.metadata.get("changes", ""))))
+                return None       # OpenEvolve treats this as "not admitted" and moves on
+            return add(program, iteration=iteration, target_island=target_island)
+
+        db.add = add_unless_failed
+
     def controller_class(self) -> type:
         engine = self
 
@@ -333,10 +352,21 @@ class SearchEngine:
 
     def run(self) -> bool:
         """Run (or replay, then continue) the search; True if all iterations completed."""
+        import signal
         cfg = build_config(self.settings, self.system_message, self.run_dir)
+        # OpenEvolve installs SIGINT/SIGTERM handlers for its run; put the caller's back after.
+        saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            return self._run(cfg)
+        finally:
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
+
+    def _run(self, cfg: Config) -> bool:
         with seeded_openevolve(self.settings.seed, self.controller_class()):
-            self.oe = _OpenEvolve(str(self.run_dir.seed_py), str(ENTRY_FILE), cfg, str(self.run_dir))
+            self.oe = _OpenEvolve(str(self.run_dir.seed_py), str(ENTRY_FILE), cfg, str(self.run_dir.root))
             self.oe.evaluator = _EvaluatorAdapter(self)
+            self._keep_failures_out(self.oe.database)
             asyncio.run(self.oe.run(iterations=self.settings.iterations))
             ctl_stopped = self.progress.interrupted
         return not ctl_stopped

@@ -48,18 +48,22 @@ class AnthropicLLM(LLMInterface):
         self.client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url,
                                                timeout=settings.timeout_s, max_retries=settings.retries)
         self.last_usage: dict[str, Any] | None = None
+        # Some SDK releases dropped the sampling-temperature argument; send it only where accepted.
+        import inspect
+        self._takes_temperature = "temperature" in inspect.signature(self.client.messages.create).parameters
 
     async def generate(self, prompt: str, **kwargs: Any) -> str:
         return await self.generate_with_context("", [{"role": "user", "content": prompt}], **kwargs)
 
     async def generate_with_context(self, system_message: str, messages: list[dict[str, str]],
                                     **kwargs: Any) -> str:
-        extra = {"system": system_message} if system_message else {}
+        extra: dict[str, Any] = {"system": system_message} if system_message else {}
+        if self._takes_temperature:
+            extra["temperature"] = float(kwargs.get("temperature", self.settings.temperature))
         resp = await self.client.messages.create(
             model=self.model, **extra,
             messages=[{"role": m["role"], "content": m["content"]} for m in messages],
-            max_tokens=int(kwargs.get("max_tokens", self.settings.max_tokens)),
-            temperature=float(kwargs.get("temperature", self.settings.temperature)))
+            max_tokens=int(kwargs.get("max_tokens", self.settings.max_tokens)))
         u = getattr(resp, "usage", None)
         if u is not None:
             self.last_usage = {"prompt_tokens": u.input_tokens, "completion_tokens": u.output_tokens,

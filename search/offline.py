@@ -127,20 +127,21 @@ class OfflineMutator(LLMInterface):
         return [i for i in range(a, b) if rx.search(lines[i])]
 
     def _accumulate(self, lines, a, b, rng):
-        for i in self._find(lines, a, b, r"^\s*return int\(round\((.+)\)\)\s*$"):
-            ind = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
-            expr = re.match(r"^\s*return int\(round\((.+)\)\)\s*$", lines[i]).group(1)
-            if expr.strip() == "score":
-                continue
-            return ("Turn the priority into an accumulated score so terms can be combined.",
-                    ([lines[i]], [f"{ind}score = {expr}", f"{ind}return int(round(score))"]))
-        for i in self._find(lines, a, b, r"^\s*return \(\"protect\", now \+ (.+)\)\s*$"):
-            ind = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
-            expr = re.match(r"^\s*return \(\"protect\", now \+ (.+)\)\s*$", lines[i]).group(1)
-            if expr.strip() == "tau":
-                continue
-            return ("Compute the protection window tau explicitly so it can adapt.",
-                    ([lines[i]], [f"{ind}tau = {expr}", f'{ind}return ("protect", now + tau)']))
+        """Rewrite `return f(x)` as an accumulator plus a first term (a bare rewrite would
+        change nothing, and an evaluation spent on a no-op is wasted)."""
+        forms = [(r"^\s*return int\(round\((.+)\)\)\s*$", "score", "return int(round(score))", _SCHED_TERMS,
+                  "Turn the priority into a score of several terms"),
+                 (r"^\s*return \(\"protect\", now \+ (.+)\)\s*$", "tau", 'return ("protect", now + tau)', _RET_TERMS,
+                  "Make the protection window tau adaptive")]
+        for pattern, var, ret, terms, why in forms:
+            for i in self._find(lines, a, b, pattern):
+                expr = re.match(pattern, lines[i]).group(1)
+                if expr.strip() == var:
+                    continue
+                ind = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+                what, tmpl, ks = rng.choice(terms)
+                term = tmpl.format(k=_fmt(rng.choice(ks)))
+                return (f"{why}: {what}.", ([lines[i]], [f"{ind}{var} = {expr}", f"{ind}{term}", f"{ind}{ret}"]))
         return None
 
     def _add_term(self, lines, a, b, rng):

@@ -21,7 +21,7 @@ class Progress:
     def __init__(self, title: str, planned: int, in_flight: Callable[[], int] = lambda: 0,
                  console: Console | None = None) -> None:
         self.title, self.planned = title, planned
-        self.console = console or Console(highlight=False)
+        self.console = console or Console(highlight=False, soft_wrap=True)
         self._in_flight = in_flight
         self._lock = threading.Lock()
         self.done_iterations: set[int] = set()

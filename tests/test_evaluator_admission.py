@@ -1,0 +1,69 @@
+"""Admission of candidate source: markers, gate, observation allow-list; seeds pass."""
+from importlib import resources
+
+import pytest
+
+from evaluator.admission import Rejected, admit, check_leakage_static, load_policy
+from evaluator.task import run_policy
+
+SEEDS = {"retention": "retention_ttl.py", "scheduling": "scheduling_plas.py", "routing": "routing_affinity.py"}
+
+
+def seed(axis: str) -> str:
+    return resources.files("seeds").joinpath(SEEDS[axis]).read_text()
+
+
+@pytest.mark.parametrize("axis", sorted(SEEDS))
+def test_seeds_pass_admission_and_load(axis):
+    src = seed(axis)
+    admit(src, axis, src)
+    pol = load_policy(src, axis)
+    try:
+        assert pol.axis == axis
+    finally:
+        getattr(pol, "close", lambda: None)()
+
+
+def test_seeds_have_one_evolve_block_around_the_class():
+    for axis in SEEDS:
+        src = seed(axis)
+        assert src.count("# EVOLVE-BLOCK-START") == 1 and src.count("# EVOLVE-BLOCK-END") == 1
+        block = src.split("# EVOLVE-BLOCK-START")[1].split("# EVOLVE-BLOCK-END")[0]
+        assert "class Evolved" in block
+
+
+def test_edit_outside_the_block_is_rejected_with_a_reason():
+    src = seed("scheduling")
+    bad = src.replace("import math  # noqa", "import math as m  # noqa")
+    with pytest.raises(Rejected) as e:
+        admit(bad, "scheduling", src)
+    assert e.value.kind == "markers" and e.value.reason
+
+
+def test_gate_rejects_forbidden_import_inside_the_block():
+    src = seed("scheduling")
+    bad = src.replace("    def priority(self, pcb, now):",
+                      "    def priority(self, pcb, now):\n        import os")
+    with pytest.raises(Rejected) as e:
+        admit(bad, "scheduling", src)
+    assert e.value.kind == "gate"
+
+
+def test_reading_a_hidden_field_is_a_leak():
+    src = seed("scheduling")
+    bad = src.replace("    def priority(self, pcb, now):",
+                      "    def priority(self, pcb, now):\n        n = pcb.program")
+    with pytest.raises(Rejected) as e:
+        check_leakage_static(bad)
+    assert e.value.kind == "leak" and "pcb.program" in e.value.reason
+
+
+def test_observable_fields_are_not_a_leak():
+    check_leakage_static("def f(pcb, now):\n    return pcb.context_tokens + pcb.gap_elapsed_s(now)\n")
+
+
+def test_task_reports_crashes_as_data_not_exceptions():
+    src = seed("scheduling")
+    bad = src.replace("return int(round(pcb.attained_service_s * 1000.0))", "return 1 // 0")
+    out = run_policy(bad, "scheduling", src, ["rtx70b_swe10_0.1"], [0])
+    assert out["ok"] is False and out["kind"] == "crash" and "ZeroDivisionError" in out["reason"]
