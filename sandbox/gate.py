@@ -224,7 +224,9 @@ def check_source(source: str, axis: str) -> GateResult:
         # report the first offence in source order: that is where an LLM should look
         # (innermost first among nodes starting at the same place: `e.__traceback__` before
         # `e.__traceback__.tb_frame`)
-        nodes.sort(key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0),
+        # nodes without a position (withitem, comprehension, operators) go last: their
+        # parent statement carries the line number
+        nodes.sort(key=lambda n: (getattr(n, "lineno", 1 << 30), getattr(n, "col_offset", 0),
                                   getattr(n, "end_lineno", 0) or 0, getattr(n, "end_col_offset", 0) or 0))
         for node in nodes:
             _check_node(node, module_aliases)

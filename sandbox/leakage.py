@@ -56,12 +56,16 @@ def perturb_future(programs: Sequence[Program], release: dict, finish: dict, cut
     n = 0
     reveals: list[tuple[str, str, int]] = []
 
-    def scale(v: int, lo: int, hi: int) -> int:
-        f = float(rng.choice([0.5, 0.7, 1.4, 2.0]))
-        w = int(round(v * f))
+    def scale(v: int, lo: int, hi: int, factors: tuple[float, ...]) -> int:
+        w = int(round(v * float(rng.choice(factors))))
         if w == v:
             w = v + 1 if v + 1 <= hi else v - 1
         return max(lo, min(hi, w))
+
+    # Outputs and tool durations only grow: a shorter output or tool would reveal itself
+    # *earlier* than in the baseline, possibly before the cut, and shrink the window in
+    # which the two runs must agree. Prompts may shrink too: they show at release only.
+    grow, both = (1.4, 2.0, 3.0), (0.5, 0.7, 1.4, 2.0)
 
     for p in programs:
         calls = list(p.calls)
@@ -70,20 +74,20 @@ def perturb_future(programs: Sequence[Program], release: dict, finish: dict, cut
             new = c
             if finish.get((pid, k), -math.inf) >= cut:
                 # output length: revealed when the call completes
-                out_tok = scale(c.output_tokens, 1, max(1, pool_tokens - c.prompt_tokens))
+                out_tok = scale(c.output_tokens, 1, max(1, pool_tokens - c.prompt_tokens), grow)
                 if out_tok != c.output_tokens:
                     new = dataclasses.replace(new, output_tokens=out_tok)
                     n += 1
                     reveals.append(("complete", pid, k))
             if k + 1 < len(calls) and c.tool_name is not None and release.get((pid, k + 1), -math.inf) >= cut:
                 # tool duration: revealed when the tool returns (= the next call's release)
-                d = c.tool_duration_s * float(rng.choice([0.5, 2.0])) + 0.05
+                d = c.tool_duration_s * float(rng.choice(grow)) + 0.05
                 new = dataclasses.replace(new, tool_duration_s=d)
                 n += 1
                 reveals.append(("release", pid, k + 1))
             if release.get((pid, k), -math.inf) >= cut:
                 # a later call's prompt (or a later program's first): revealed at its release
-                prm = scale(c.prompt_tokens, 1, max(1, pool_tokens - new.output_tokens))
+                prm = scale(c.prompt_tokens, 1, max(1, pool_tokens - new.output_tokens), both)
                 if prm != c.prompt_tokens:
                     new = dataclasses.replace(new, prompt_tokens=prm)
                     n += 1
@@ -120,12 +124,12 @@ def _first_reveal(reveals: list[tuple[str, str, int]], release: dict, finish: di
 
 
 def _describe(e: tuple) -> str:
-    now, axis, hook, pid, turn, decision = e
-    return f"{hook} for {pid} turn {turn} at t={now:.3f}s -> {decision!r}"
+    now, axis, hook, pid, turn = e[:5]
+    return f"{hook} for {pid} turn {turn} at t={now:.3f}s"
 
 
 def check_leakage(factory: PolicyFactory, axis: str, cell: Cell | str, programs: Sequence[Program], *,
-                  seed: int | None = None, cuts: Sequence[float] = (0.35, 0.65), rng_seed: int = 0,
+                  seed: int | None = None, cuts: Sequence[float] = (0.25, 0.5, 0.75), rng_seed: int = 0,
                   view_hook: Any = None, simulate_fn: Any = None) -> LeakReport:
     """Run the counterfactual test; `cuts` are fractions of the baseline's decision span.
 
@@ -178,9 +182,12 @@ def check_leakage(factory: PolicyFactory, axis: str, cell: Cell | str, programs:
         compared += len(a)
         for i, (x, y) in enumerate(zip(a, b)):
             if x != y:
-                return LeakReport(False, "leaks future information: decision #%d, %s, became %s when only "
-                                  "values revealed after t=%.3fs were perturbed" % (i, _describe(x), _describe(y), horizon),
-                                  runs, compared, perturbed)
+                if x[:5] == y[:5]:
+                    what = "%s was %r, became %r" % (_describe(x), x[5], y[5])
+                else:
+                    what = "decision #%d changed from %s to %s" % (i, _describe(x), _describe(y))
+                return LeakReport(False, "leaks future information: %s when only values revealed after "
+                                  "t=%.3fs were perturbed" % (what, horizon), runs, compared, perturbed)
         if len(a) != len(b):
             return LeakReport(False, "leaks future information: %d decisions before t=%.3fs in the baseline, "
                               "%d with a perturbed future" % (len(a), horizon, len(b)), runs, compared, perturbed)

@@ -1,0 +1,84 @@
+"""`evolve check`: the whole admission pipeline, through its CLI entry points."""
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from sandbox.check import main
+from tests.test_sandbox_gate import LISTINGS
+
+HOSTILE = Path(__file__).parent / "hostile"
+
+
+def seed_path(tmp_path: Path, name: str) -> Path:
+    p = tmp_path / name
+    p.write_text(resources.files("seeds").joinpath(name).read_text(encoding="utf-8"))
+    return p
+
+
+@pytest.mark.parametrize("seed,axis", [("retention_ttl.py", "retention"), ("scheduling_plas.py", "scheduling"),
+                                       ("routing_affinity.py", "routing")])
+def test_seeds_are_admissible(tmp_path, capsys, seed: str, axis: str):
+    p = seed_path(tmp_path, seed)
+    assert main(["check", str(p), "--axis", axis, "--seed-file", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: ADMISSIBLE" in out and "leakage  ok" in out and "markers  ok" in out
+
+
+@pytest.mark.parametrize("name", sorted(LISTINGS))
+def test_paper_listings_are_admissible(tmp_path, capsys, name: str):
+    axis, src = LISTINGS[name]
+    p = tmp_path / f"{name}.py"
+    p.write_text(src)
+    assert main(["check", str(p), "--axis", axis, "--json"]) == 0
+    v = json.loads(capsys.readouterr().out)
+    assert v["admissible"] is True and [s["stage"] for s in v["stages"]] == ["gate", "markers", "smoke", "leakage"]
+    assert v["stages"][1]["ok"] is None  # markers skipped without a seed
+
+
+def test_evolved_candidate_against_its_seed(tmp_path, capsys):
+    seed = seed_path(tmp_path, "scheduling_plas.py")
+    text = seed.read_text()
+    body = LISTINGS["listing4"][1].strip("\n")
+    start = text.index("# EVOLVE-BLOCK-START") + len("# EVOLVE-BLOCK-START\n")
+    end = text.index("# EVOLVE-BLOCK-END")
+    cand = tmp_path / "cand.py"
+    cand.write_text(text[:start] + body + "\n" + text[end:])
+    assert main(["check", str(cand), "--axis", "scheduling", "--seed-file", str(seed)]) == 0
+    # the same body with the header changed outside the block is refused
+    cand.write_text(cand.read_text().replace("import math", "import heapq"))
+    assert main(["check", str(cand), "--axis", "scheduling", "--seed-file", str(seed)]) == 1
+    assert "outside the EVOLVE blocks" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name,stage", [("03_import_os", "gate"), ("29_nan_priority", "smoke"),
+                                        ("24_infinite_loop", "smoke"), ("50_read_hidden_field", "smoke")])
+def test_hostile_candidates_are_rejected_with_a_reason(capsys, name: str, stage: str):
+    path = HOSTILE / f"{name}.py"
+    axis = next(line.split(":", 1)[1].strip() for line in path.read_text().splitlines() if line.startswith("# axis:"))
+    rc = main(["check", str(path), "--axis", axis, "--decision-timeout", "0.5", "--json"])
+    v = json.loads(capsys.readouterr().out)
+    assert rc == 1 and v["admissible"] is False
+    assert v["reason"].startswith(f"{stage}: ") and "\n" not in v["reason"]
+
+
+def test_shipped_name_runs_in_process(capsys):
+    assert main(["check", "pressure-ttl", "--axis", "retention"]) == 0
+    assert "trusted code" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["check", "/nonexistent/p.py", "--axis", "scheduling"], "no such policy file"),
+    (["check", "{seed}", "--axis", "scheduling", "--cell", "no_such_cell"], "no_such_cell"),
+    (["check", "{seed}", "--axis", "scheduling", "--seed-file", "/nonexistent/s.py"], "no such seed file"),
+    (["check", "{seed}", "--axis", "scheduling", "--cpu-budget", "0"], "must be positive"),
+])
+def test_usage_errors_exit_2_with_one_line(tmp_path, capsys, argv, msg):
+    seed = seed_path(tmp_path, "scheduling_plas.py")
+    argv = [a.replace("{seed}", str(seed)) for a in argv]
+    assert main(argv) == 2
+    out = capsys.readouterr().out.strip()
+    assert msg in out and len(out.splitlines()) == 1

@@ -1,0 +1,220 @@
+"""Static gate and EVOLVE-block marker check."""
+from __future__ import annotations
+
+from importlib import resources
+
+import pytest
+
+from sandbox import SandboxViolation
+from sandbox.gate import MAX_NODES, MAX_SOURCE_CHARS, check_source
+from sandbox.markers import check_markers
+
+# Paper Appendix F, Listings 1-4 (bodies between the markers; Listing 4's return line is
+# Eq. 8, which the listing's last line is cut from).
+LISTING_1 = '''
+class EvolvedRetention(RetentionPolicy):
+    TAU_S = 2.0
+
+    def on_turn_complete(self, pcb, request_id, now):
+        return ("protect", now + self.TAU_S)
+
+    def on_turn_arrival(self, pcb, now):
+        return "release"
+'''
+LISTING_2 = '''
+class EvolvedRetention(RetentionPolicy):
+    TAU_S = 2.0
+
+    def __init__(self):
+        self.gap_ema = {}
+
+    def on_turn_complete(self, pcb, request_id, now):
+        est = self.gap_ema.get(pcb.tool_name, self.TAU_S)
+        scale = max(0.5, pcb.context_tokens / 20000.0)
+        tau = est * scale
+        u = self.signals.kv_utilization
+        if u is not None:
+            tau *= max(0.3, 1.0 - u)
+        return ("protect", now + tau)
+
+    def on_turn_arrival(self, pcb, now):
+        g = pcb.gap_elapsed_s(now)
+        if g is not None and pcb.tool_name is not None:
+            p = self.gap_ema.get(pcb.tool_name)
+            self.gap_ema[pcb.tool_name] = g if p is None else 0.8 * p + 0.2 * g
+        return "release"
+'''
+LISTING_3 = '''
+class EvolvedScheduling(SchedulingPolicy):
+    engine_args = {"scheduling_policy": "priority"}
+
+    def priority(self, pcb, now):
+        return int(round(pcb.attained_service_s * 1000.0))
+'''
+LISTING_4 = '''
+class EvolvedScheduling(SchedulingPolicy):
+    engine_args = {"scheduling_policy": "priority"}
+    PREFILL_MS_PER_TOKEN = 0.03
+    RESIDENT_MS_PER_TOKEN = 0.10
+
+    def priority(self, pcb, now):
+        base = math.sqrt(max(0.0, pcb.attained_service_s)) * 1000.0
+        size_term = pcb.context_tokens * self.PREFILL_MS_PER_TOKEN
+        kv_bonus = (pcb.context_tokens * self.RESIDENT_MS_PER_TOKEN
+                    if pcb.kv_protected else 0.0)
+        return int(round(base + size_term - kv_bonus))
+'''
+LISTINGS = {"listing1": ("retention", LISTING_1), "listing2": ("retention", LISTING_2),
+            "listing3": ("scheduling", LISTING_3), "listing4": ("scheduling", LISTING_4)}
+SEEDS = {"retention_ttl.py": "retention", "scheduling_plas.py": "scheduling", "routing_affinity.py": "routing"}
+
+
+def reject(src: str, axis: str = "scheduling") -> str:
+    with pytest.raises(SandboxViolation) as ei:
+        check_source(src, axis)
+    msg = str(ei.value)
+    assert "\n" not in msg and msg
+    return msg
+
+
+@pytest.mark.parametrize("name", sorted(LISTINGS))
+def test_paper_listings_pass(name: str):
+    axis, src = LISTINGS[name]
+    r = check_source(src, axis)
+    assert r.axis == axis and r.class_name.startswith("Evolved")
+
+
+@pytest.mark.parametrize("seed", sorted(SEEDS))
+def test_shipped_seeds_pass(seed: str):
+    src = resources.files("seeds").joinpath(seed).read_text(encoding="utf-8")
+    check_source(src, SEEDS[seed])
+
+
+def test_ordinary_python_passes():
+    src = '''
+from __future__ import annotations
+import heapq
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Optional
+from simcore.policies import SchedulingPolicy
+
+
+@dataclass
+class Stats:
+    gaps: list = field(default_factory=list)
+
+
+def helper(x: float) -> float:
+    """Docstrings may mention __init__ but nothing else dunder."""
+    return max(0.0, x)
+
+
+class Smart(SchedulingPolicy):
+    def __init__(self):
+        super().__init__()
+        self.seen = defaultdict(int)
+        self.recent = deque(maxlen=8)
+
+    def priority(self, pcb, now) -> int:
+        self.seen[pcb.program_id] += 1
+        try:
+            w = 1.0 / pcb.context_tokens
+        except ZeroDivisionError:
+            w = 0.0
+        hist = [d for d in pcb.returned_tool_durations if d > 0]
+        best = heapq.nsmallest(1, hist) or [0.0]
+        return int(helper(pcb.attained_service_s) * 1000 + w + best[0] + f"{now:.1f}".count("."))
+'''
+    check_source(src, "scheduling")
+
+
+@pytest.mark.parametrize("src,expect", [
+    ("import os\nclass P(SchedulingPolicy):\n    pass\n", "import of 'os'"),
+    ("from os import path\nclass P(SchedulingPolicy):\n    pass\n", "import from 'os'"),
+    ("import typing\nclass P(SchedulingPolicy):\n    pass\n", "import of 'typing'"),
+    ("from typing import get_type_hints\nclass P(SchedulingPolicy):\n    pass\n", "get_type_hints"),
+    ("from .base import X\nclass P(SchedulingPolicy):\n    pass\n", "relative imports"),
+    ("from math import *\nclass P(SchedulingPolicy):\n    pass\n", "import *"),
+    ("from __future__ import braces\nclass P(SchedulingPolicy):\n    pass\n", "__future__"),
+    ("class P(SchedulingPolicy):\n    def __lt__(self, o):\n        return True\n", "dunder"),
+    ("class P(SchedulingPolicy):\n    def priority(self, pcb, now):\n        return pcb.__class__\n", "dunder"),
+    ("class P(SchedulingPolicy):\n    x = 'a__b'\n", "'__'"),
+    ("class P(SchedulingPolicy):\n    x = b'__'\n", "'__'"),
+    ("class P(SchedulingPolicy):\n    x = '{}'.format(1)\n", ".format"),
+    ("class P(SchedulingPolicy):\n    x = format(1, 'd')\n", "'format'"),
+    ("class P(SchedulingPolicy):\n    x = vars()\n", "'vars'"),
+    ("class P(SchedulingPolicy):\n    x = dir()\n", "'dir'"),
+    ("class P(SchedulingPolicy):\n    x = locals()\n", "'locals'"),
+    ("class P(SchedulingPolicy):\n    x = setattr\n", "'setattr'"),
+    ("class P(SchedulingPolicy):\n    async def priority(self, pcb, now):\n        return 0\n", "AsyncFunctionDef"),
+    ("class P(SchedulingPolicy):\n    def priority(self, pcb, now):\n        with x:\n            return 0\n", "With"),
+    ("class P(SchedulingPolicy):\n    def priority(self, pcb, now):\n        try:\n            return 0\n"
+     "        except (ValueError, KeyboardInterrupt):\n            return 1\n", "KeyboardInterrupt"),
+    ("class P(SchedulingPolicy):\n    def priority(self, pcb, now):\n        try:\n            return 0\n"
+     "        except* ValueError:\n            return 1\n", "TryStar"),
+    ("class P(SchedulingPolicy):\n    def priority(self, pcb, now):\n        return (lambda: 0).f_back\n", "f_back"),
+    ("import statistics\nclass P(SchedulingPolicy):\n    x = statistics._sum\n", "statistics._sum"),
+    ("class P(RoutingPolicy):\n    pass\n", "axis is 'scheduling'"),
+    ("class Helper:\n    pass\n", "no policy class"),
+    ("class P(SchedulingPolicy:\n    pass\n", "syntax error at line 1"),
+])
+def test_rejections_are_one_line_and_specific(src: str, expect: str):
+    assert expect in reject(src)
+
+
+def test_size_and_node_limits():
+    assert "limit" in reject("x = 1\n" + "#" * MAX_SOURCE_CHARS)
+    body = "x = [" + ", ".join("1" for _ in range(MAX_NODES)) + "]\n"
+    assert "syntax nodes" in reject(body + "class P(SchedulingPolicy):\n    pass\n")
+
+
+def test_unknown_axis_and_non_text():
+    assert "unknown policy axis" in reject(LISTING_3, "memory")
+    with pytest.raises(SandboxViolation):
+        check_source(b"class P: pass", "scheduling")  # type: ignore[arg-type]
+
+
+def test_first_offence_in_source_order():
+    msg = reject("class P(SchedulingPolicy):\n    def priority(self, pcb, now):\n"
+                 "        x = eval('1')\n        return pcb.__class__\n")
+    assert "line 3" in msg and "'eval'" in msg
+
+
+# --------------------------------------------------------------------------- markers
+SEED = '''"""doc"""
+import math
+
+# EVOLVE-BLOCK-START
+class EvolvedScheduling(SchedulingPolicy):
+    def priority(self, pcb, now):
+        return 0
+# EVOLVE-BLOCK-END
+
+X = 1
+'''
+
+
+def test_markers_accept_changes_inside_block():
+    cand = SEED.replace("return 0", "return int(pcb.attained_service_s)\n        # more")
+    check_markers(cand, SEED)
+    check_markers(cand.replace("\n", "   \n") + "\n\n", SEED)  # trailing whitespace is ignored
+
+
+@pytest.mark.parametrize("mutate,expect", [
+    (lambda s: s.replace("import math", "import math, heapq"), "before the first EVOLVE block"),
+    (lambda s: s.replace("X = 1", "X = 2"), "after the last EVOLVE block"),
+    (lambda s: s.replace("# EVOLVE-BLOCK-END\n", ""), "never closed"),
+    (lambda s: s.replace("# EVOLVE-BLOCK-START\n", ""), "without"),
+    (lambda s: s + "# EVOLVE-BLOCK-START\nY = 2\n# EVOLVE-BLOCK-END\n", "EVOLVE blocks"),
+    (lambda s: s.replace("# EVOLVE-BLOCK-START", "# EVOLVE-BLOCK-START\n# EVOLVE-BLOCK-START"), "nested"),
+])
+def test_markers_reject_changes_outside(mutate, expect: str):
+    with pytest.raises(SandboxViolation) as ei:
+        check_markers(mutate(SEED), SEED)
+    assert expect in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_markers_need_a_seed_with_a_block():
+    with pytest.raises(SandboxViolation, match="seed has no"):
+        check_markers(SEED, "class P(SchedulingPolicy):\n    pass\n")

@@ -1,0 +1,267 @@
+"""The isolated worker and its client: schema, fidelity, isolation layers, lifecycle."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from sandbox import SandboxViolation
+from sandbox import worker as W
+from sandbox.client import WorkerProcess, load_sandboxed_policy
+from simcore.pcb import (OBSERVABLE_INSTANCE_FIELDS, OBSERVABLE_PCB_FIELDS, OBSERVABLE_SIGNAL_FIELDS, InstanceView,
+                         ProgramView, Signals)
+from simcore.policies import base as B
+from simcore.policies.registry import policy_class_from_source
+from tests.test_sandbox_gate import LISTING_2, LISTING_4
+
+# The deployable observation schema (DESIGN §2, "Causal observation boundary"). Adding a
+# field to ProgramView must be a conscious decision: it has to be added here too.
+EXPECTED_PCB_FIELDS = {
+    "program_id", "arrival_s", "turn_index", "turns_completed", "attained_service_s", "context_tokens",
+    "last_instance", "kv_resident", "kv_resident_tokens", "kv_protected", "protect_until", "kv_tier",
+    "tool_name", "gap_started_s", "release_s", "returned_tool_durations", "returned_tool_names",
+    "completed_output_tokens", "completed_prompt_tokens",
+}
+HIDDEN = {"output_tokens", "tool_duration_s", "calls", "program", "remaining_calls", "prompt_tokens",
+          "shared_prefix_tokens", "finished_s", "meta"}
+
+COUNTER = '''
+class Counter(SchedulingPolicy):
+    def __init__(self):
+        self.n = 0
+
+    def priority(self, pcb, now):
+        self.n += 1
+        return self.n * 10 + len(pcb.returned_tool_durations)
+'''
+
+
+def pview(pid: str = "swe-0001", k: int = 2, **kw) -> ProgramView:
+    d = dict(program_id=pid, arrival_s=1.0, turn_index=k, turns_completed=k, attained_service_s=2.5,
+             context_tokens=5000, last_instance=0, kv_resident=True, kv_resident_tokens=4096,
+             kv_protected=True, protect_until=9.0, kv_tier="device", tool_name="bash", gap_started_s=7.0,
+             release_s=8.0, returned_tool_durations=tuple(0.5 + i for i in range(k)),
+             returned_tool_names=("bash",) * k, completed_output_tokens=(100,) * k,
+             completed_prompt_tokens=(4000,) * k)
+    d.update(kw)
+    return ProgramView(**d)
+
+
+def sig(now: float = 8.0) -> Signals:
+    return Signals(now, 0.5, (InstanceView(0, 2, 1, 0.5, 1000, True), InstanceView(1, 0, 0, 0.1, 9000, False)))
+
+
+# --------------------------------------------------------------------------- schema
+def test_observation_schema_is_exactly_the_allow_list():
+    assert OBSERVABLE_PCB_FIELDS == EXPECTED_PCB_FIELDS
+    assert set(W.VIEW_FIELDS) == OBSERVABLE_PCB_FIELDS and len(W.VIEW_FIELDS) == len(OBSERVABLE_PCB_FIELDS)
+    assert set(W.INSTANCE_FIELDS) == OBSERVABLE_INSTANCE_FIELDS
+    assert set(W.SIGNAL_FIELDS) == OBSERVABLE_SIGNAL_FIELDS
+    assert not (HIDDEN & (OBSERVABLE_PCB_FIELDS | OBSERVABLE_INSTANCE_FIELDS | OBSERVABLE_SIGNAL_FIELDS))
+
+
+def test_view_rebuilt_in_worker_equals_the_original():
+    wp = WorkerProcess.__new__(WorkerProcess)  # only the encoder's state is needed
+    wp._hist = {}
+    W._HISTORY.clear()
+    for v in (pview(k=1), pview(k=3), pview(k=2, returned_tool_durations=(9.0, 9.5))):  # last: not an append
+        row = wp._encode_view(v)
+        got = W.make_view(row)
+        for f in W.VIEW_FIELDS:
+            assert getattr(got, f) == getattr(v, f), f
+            assert type(getattr(got, f)) is type(getattr(v, f)), f
+        assert got.gap_elapsed_s(9.5) == v.gap_elapsed_s(9.5)
+        with pytest.raises(AttributeError):
+            got.context_tokens = 1  # type: ignore[misc]
+    s = W.make_signals([1.0, 0.5, [list(x) for x in [(0, 2, 1, 0.5, 1000, True)]]])
+    assert s.instances[0].inflight == 3 and s.kv_utilization == 0.5
+
+
+def test_worker_base_classes_mirror_simcore():
+    v = pview()
+    for wb, sb, calls in ((W.RetentionPolicy, B.RetentionPolicy, [("on_turn_complete", (v, "r", 1.0)),
+                                                                   ("on_turn_arrival", (v, 1.0))]),
+                          (W.SchedulingPolicy, B.SchedulingPolicy, [("priority", (v, 1.0))]),
+                          (W.RoutingPolicy, B.RoutingPolicy, [("select", (v, (), 1.0))])):
+        assert wb.axis == sb.axis and wb.engine_args == sb.engine_args
+        for name, args in calls:
+            assert getattr(wb(), name)(*args) == getattr(sb(), name)(*args)
+
+
+# --------------------------------------------------------------------------- fidelity
+@pytest.mark.parametrize("axis,src", [("retention", LISTING_2), ("scheduling", LISTING_4)])
+def test_sandboxed_simulation_makes_the_same_decisions(axis: str, src: str):
+    from simcore.sim import simulate
+    cls = policy_class_from_source(src, axis)
+    log_a: list = []
+    ra = simulate("rtx70b_swe10_0.1", decision_log=log_a, **{axis: cls()})
+    pol = load_sandboxed_policy(src, axis)
+    try:
+        log_b: list = []
+        rb = simulate("rtx70b_swe10_0.1", decision_log=log_b, **{axis: pol})
+    finally:
+        pol.close()
+    assert log_a == log_b and len(log_a) > 500
+    assert ra.summary["mean_jct_s"] == rb.summary["mean_jct_s"]
+
+
+def test_routing_proxy_and_engine_args():
+    src = "class R(RoutingPolicy):\n    def select(self, pcb, inflight, now):\n" \
+          "        return min(inflight, key=lambda v: v.inflight).index\n"
+    pol = load_sandboxed_policy(src, "routing")
+    try:
+        assert isinstance(pol, B.RoutingPolicy) and pol.engine_args == {}
+        pol.bind(sig())
+        assert pol.select(pview(), sig().instances, 8.0) == 1
+    finally:
+        pol.close()
+    pol = load_sandboxed_policy(LISTING_4, "scheduling")
+    try:
+        assert isinstance(pol, B.SchedulingPolicy) and pol.engine_args == {"scheduling_policy": "priority"}
+        assert pol.name == "EvolvedScheduling"
+    finally:
+        pol.close()
+
+
+def test_state_persists_and_history_deltas_are_exact():
+    pol = load_sandboxed_policy(COUNTER, "scheduling")
+    try:
+        got = []
+        for k in (1, 2, 3, 1):  # the last view is shorter: the encoder must resend in full
+            pol.bind(sig())
+            got.append(pol.priority(pview(k=k), 8.0))
+        assert got == [11, 22, 33, 41]
+        pol.bind(None)  # type: ignore[arg-type]
+        assert pol.priority(pview(pid="other", k=0), 8.0) == 50
+    finally:
+        pol.close()
+
+
+def test_extra_view_attributes_never_reach_the_worker():
+    class LeakyView:
+        def __init__(self, v: ProgramView) -> None:
+            self._v = v
+            self.remaining_output_tokens = 123
+
+        def __getattr__(self, name: str):
+            return getattr(self._v, name)
+
+    src = "class P(SchedulingPolicy):\n    def priority(self, pcb, now):\n        return pcb.remaining_output_tokens\n"
+    pol = load_sandboxed_policy(src, "scheduling")
+    try:
+        pol.bind(sig())
+        with pytest.raises(SandboxViolation, match="AttributeError"):
+            pol.priority(LeakyView(pview()), 8.0)
+    finally:
+        pol.close()
+
+
+def test_worker_holds_no_simulator_modules():
+    src = textwrap.dedent('''
+    class P(SchedulingPolicy):
+        def priority(self, pcb, now):
+            try:
+                raise ValueError("x")
+            except ValueError as e:
+                f = e.__traceback__.tb_frame
+            while "sys" not in f.f_globals:
+                f = f.f_back
+            names = list(f.f_globals["sys"].modules)
+            bad = [n for n in names if n.split(".")[0] in ("simcore", "sandbox", "numpy", "pandas", "configs")]
+            return len(bad) * 1000 + min(len(names), 999)
+    ''')
+    pol = load_sandboxed_policy(src, "scheduling", gate=False)
+    try:
+        pol.bind(sig())
+        v = pol.priority(pview(), 8.0)
+    finally:
+        pol.close()
+    assert v < 1000, "simulator/trace modules are loaded in the worker"
+
+
+# --------------------------------------------------------------------------- isolation
+def test_isolation_layers_reported():
+    pol = load_sandboxed_policy(LISTING_4, "scheduling")
+    try:
+        layers = pol.sandbox_layers
+    finally:
+        pol.close()
+    assert set(layers) >= {"drop_root", "netns", "rlimits", "pdeathsig", "seccomp", "audit_tripwire"}
+    assert all(v == "on" or v.startswith("off") for v in layers.values())
+    assert layers["rlimits"] == "on" and layers["pdeathsig"] == "on" and layers["audit_tripwire"] == "on"
+    if sys.platform == "linux" and os.uname().machine in ("x86_64", "aarch64"):
+        assert layers["seccomp"] == "on"
+
+
+def test_violation_stops_the_worker_for_good():
+    src = "class P(SchedulingPolicy):\n    def priority(self, pcb, now):\n        return 1 / 0\n"
+    pol = load_sandboxed_policy(src, "scheduling")
+    try:
+        pol.bind(sig())
+        with pytest.raises(SandboxViolation, match="priority raised ZeroDivisionError"):
+            pol.priority(pview(), 8.0)
+        with pytest.raises(SandboxViolation, match="stopped"):
+            pol.priority(pview(), 8.0)
+        assert pol._worker.proc.wait(timeout=5) is not None
+    finally:
+        pol.close()
+
+
+def test_deadline_kills_the_process_group_quickly():
+    src = "class P(SchedulingPolicy):\n    def priority(self, pcb, now):\n        while True:\n            pass\n"
+    pol = load_sandboxed_policy(src, "scheduling", decision_timeout_s=0.3)
+    try:
+        pol.bind(sig())
+        t = time.monotonic()
+        with pytest.raises(SandboxViolation, match="deadline of 0.3 s exceeded while priority"):
+            pol.priority(pview(), 8.0)
+        assert time.monotonic() - t < 3.0
+        assert pol._worker.proc.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        pol.close()
+
+
+def test_worker_dies_with_its_parent(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent(f'''
+        import sys, time
+        sys.path.insert(0, {os.getcwd()!r})
+        from sandbox.client import load_sandboxed_policy
+        pol = load_sandboxed_policy({LISTING_4!r}, "scheduling")
+        print(pol._worker.proc.pid, flush=True)
+        time.sleep(60)
+    '''))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(parent.stdout.readline())
+        os.kill(pid, 0)  # alive
+        parent.kill()    # SIGKILL: no atexit, no finalizers; only PDEATHSIG can stop the worker
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    state = fh.read().rsplit(")", 1)[1].split()[0]
+                if state == "Z":
+                    break
+            except FileNotFoundError:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the worker outlived its parent")
+    finally:
+        parent.kill()
+
+
+def test_close_and_garbage_collection_kill_the_worker():
+    import gc
+    pol = load_sandboxed_policy(LISTING_4, "scheduling")
+    proc = pol._worker.proc
+    del pol
+    gc.collect()
+    assert proc.wait(timeout=5) is not None
