@@ -287,9 +287,17 @@ def _kill_all() -> None:
 
 
 # --------------------------------------------------------------------- proxies
+_NO = object()
+
+
 class _Proxy:
-    """Mixin: holds the worker; `signals` is set by the simulator through bind()."""
+    """Mixin: holds the worker; `signals` is set by the simulator through bind().
+
+    `_const` holds the answers of hooks the gate proved constant (sandbox.gate.constant_hooks):
+    those are answered here, without a round trip, and validated exactly like worker answers.
+    """
     _worker: WorkerProcess
+    _const: dict[str, Any] = {}
 
     def close(self) -> None:
         self._worker.close()
@@ -304,17 +312,23 @@ class _Proxy:
 
 class SandboxedRetention(_Proxy, RetentionPolicy):
     def on_turn_complete(self, pcb: Any, request_id: str, now: float) -> Any:
-        raw = self._worker.call("c", now, pcb, str(request_id), self._sig())
+        raw = self._const.get("on_turn_complete", _NO)
+        if raw is _NO:
+            raw = self._worker.call("c", now, pcb, str(request_id), self._sig())
         return _retention(raw, self._worker, "on_turn_complete")
 
     def on_turn_arrival(self, pcb: Any, now: float) -> Any:
-        raw = self._worker.call("a", now, pcb, None, self._sig())
+        raw = self._const.get("on_turn_arrival", _NO)
+        if raw is _NO:
+            raw = self._worker.call("a", now, pcb, None, self._sig())
         return _retention(raw, self._worker, "on_turn_arrival")
 
 
 class SandboxedScheduling(_Proxy, SchedulingPolicy):
     def priority(self, pcb: Any, now: float) -> int:
-        raw = self._worker.call("p", now, pcb, None, self._sig())
+        raw = self._const.get("priority", _NO)
+        if raw is _NO:
+            raw = self._worker.call("p", now, pcb, None, self._sig())
         try:
             return parse_priority(raw)
         except Exception as e:  # noqa: BLE001 - PolicyError and anything odd in the value
@@ -323,8 +337,9 @@ class SandboxedScheduling(_Proxy, SchedulingPolicy):
 
 class SandboxedRouting(_Proxy, RoutingPolicy):
     def select(self, pcb: Any, inflight: tuple, now: float) -> int:
-        rows = [_inst_row(v) for v in inflight]
-        raw = self._worker.call("s", now, pcb, rows, self._sig())
+        raw = self._const.get("select", _NO)
+        if raw is _NO:
+            raw = self._worker.call("s", now, pcb, [_inst_row(v) for v in inflight], self._sig())
         try:
             return parse_instance(raw, len(inflight))
         except Exception as e:  # noqa: BLE001
@@ -358,15 +373,17 @@ def _engine_args(raw: Any) -> dict[str, Any]:
 def load_sandboxed_policy(source: str, axis: str, *, decision_timeout_s: float = DEFAULT_DECISION_TIMEOUT_S,
                           cpu_budget_s: float = DEFAULT_CPU_BUDGET_S, memory_mb: int = DEFAULT_MEMORY_MB,
                           load_timeout_s: float = LOAD_TIMEOUT_S, gate: bool = True, seccomp: bool = True,
-                          audit: bool = True) -> Any:
+                          audit: bool = True, constant_hooks: bool = True) -> Any:
     """A policy object of `axis`'s base class whose hooks run in an isolated worker.
 
     The static gate runs first (gate=False exists only so that tests can show the worker
-    contains what the gate would have refused). Close it with `.close()`; it is also
+    contains what the gate would have refused). Hooks the gate proves constant are answered
+    without a round trip (constant_hooks=False turns that off, for tests). Close it with `.close()`; it is also
     killed when garbage-collected, at interpreter exit, and when this process dies.
     """
+    const: dict[str, Any] = {}
     if gate:
-        check_source(source, axis)
+        const = check_source(source, axis).constant_hooks
     w = WorkerProcess(source, axis, decision_timeout_s=decision_timeout_s, cpu_budget_s=cpu_budget_s,
                       memory_mb=memory_mb, load_timeout_s=load_timeout_s, seccomp=seccomp, audit=audit)
     try:
@@ -379,4 +396,5 @@ def load_sandboxed_policy(source: str, axis: str, *, decision_timeout_s: float =
                      {"name": name, "engine_args": ea})
     policy = proxy_cls()
     policy._worker = w
+    policy._const = dict(const) if constant_hooks else {}
     return policy

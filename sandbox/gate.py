@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import worker
 from .errors import SandboxViolation
@@ -63,6 +63,8 @@ _ALLOWED_NODES = tuple(getattr(ast, n) for n in (
 class GateResult:
     class_name: str
     axis: str
+    # hooks whose answer is known without running code: {hook: raw decision}
+    constant_hooks: dict = field(default_factory=dict)
 
 
 def _public_api_names() -> dict[str, frozenset[str]]:
@@ -198,6 +200,61 @@ def _policy_class(tree: ast.Module, axis: str) -> str:
     return name
 
 
+HOOKS = {"retention": ("on_turn_complete", "on_turn_arrival"), "scheduling": ("priority",),
+         "routing": ("select",)}
+# The base classes' defaults (simcore.policies.base; a test keeps them in sync).
+BASE_DEFAULTS = {"on_turn_complete": "release", "on_turn_arrival": None, "priority": 0, "select": 0}
+
+
+def constant_hooks(tree: ast.Module, class_name: str, axis: str) -> dict:
+    """Hooks that provably return a constant with no side effect, so the client can answer
+    them without a round trip to the worker (most seeds' on_turn_arrival is `return "release"`).
+
+    Proof obligations: the method is the class's own, undecorated, and its body is one
+    `return <literal>`; or it is not defined at all and the class has no other base, so the
+    base default applies. Nothing in the file may rebind the hook or `bind` (an assignment to
+    a name or attribute of that name), which is the only way the gate leaves to swap it.
+    """
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
+    rebound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            rebound.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            rebound.add(node.attr)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node is not cls and node not in cls.body:
+            rebound.add(node.name)
+        elif isinstance(node, ast.alias):
+            rebound.add(node.asname or node.name)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            rebound.add(node.name)
+        elif isinstance(node, ast.arg):
+            rebound.add(node.arg)
+    own = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+    if "bind" in own or "bind" in rebound:
+        return {}
+    out: dict = {}
+    for hook in HOOKS[axis]:
+        if hook in rebound:
+            continue
+        fn = own.get(hook)
+        if fn is None:
+            if len(cls.bases) == 1:  # inherited straight from the base class
+                out[hook] = BASE_DEFAULTS[hook]
+            continue
+        body = list(fn.body)
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            body = body[1:]  # docstring
+        if fn.decorator_list or len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+            continue
+        try:
+            out[hook] = ast.literal_eval(body[0].value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+    return out
+
+
 def check_source(source: str, axis: str) -> GateResult:
     """Raise SandboxViolation with a one-line reason unless `source` passes the gate."""
     if axis not in AXIS_BASES:
@@ -231,8 +288,9 @@ def check_source(source: str, axis: str) -> GateResult:
         for node in nodes:
             _check_node(node, module_aliases)
         name = _policy_class(tree, axis)
+        constants = constant_hooks(tree, name, axis)
     except _Reject as e:
         raise SandboxViolation(f"rejected by the static gate: {e}") from None
     except RecursionError:
         raise SandboxViolation("rejected by the static gate: policy source is nested too deeply") from None
-    return GateResult(name, axis)
+    return GateResult(name, axis, constants)

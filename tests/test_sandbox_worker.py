@@ -265,3 +265,26 @@ def test_close_and_garbage_collection_kill_the_worker():
     del pol
     gc.collect()
     assert proc.wait(timeout=5) is not None
+
+
+def test_constant_hooks_skip_the_round_trip_but_not_the_rules():
+    from simcore.sim import simulate
+    from tests.test_sandbox_gate import LISTING_1
+    cls = policy_class_from_source(LISTING_1, "retention")
+    log_a: list = []
+    simulate("rtx70b_swe10_0.1", decision_log=log_a, retention=cls())
+    pol = load_sandboxed_policy(LISTING_1, "retention")
+    try:
+        log_b: list = []
+        simulate("rtx70b_swe10_0.1", decision_log=log_b, retention=pol)
+        assert log_a == log_b
+        assert pol._worker.calls == sum(1 for e in log_a if e[2] == "on_turn_complete")
+    finally:
+        pol.close()
+    bad = "class P(SchedulingPolicy):\n    def priority(self, pcb, now):\n        return 'soon'\n"
+    pol = load_sandboxed_policy(bad, "scheduling")
+    try:
+        with pytest.raises(SandboxViolation, match="priority must be an int"):
+            pol.priority(pview(), 1.0)
+    finally:
+        pol.close()
