@@ -68,6 +68,34 @@ class EvolvedRetention(RetentionPolicy):
 }
 
 
+_ECHO = "import os\nwhile True:\n    d = os.read(0, 65536)\n    if not d:\n        break\n    os.write(1, d)\n"
+
+
+def ipc_floor_us(calls: int = 2000, work_us: float = 100.0) -> float:
+    """Round trip of a bare pipe echo to a child process, with `work_us` of parent work between
+    calls (as the simulator does between hooks): what any process isolation costs per call on
+    this machine, before the sandbox does anything of its own."""
+    import os
+    import subprocess
+    p = subprocess.Popen([sys.executable, "-S", "-c", _ECHO], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    o, i = p.stdin.fileno(), p.stdout.fileno()
+    pc = time.perf_counter
+    total = 0.0
+    try:
+        for _ in range(calls):
+            end = pc() + work_us / 1e6
+            while pc() < end:
+                pass
+            t = pc()
+            os.write(o, b"x" * 200)
+            os.read(i, 65536)
+            total += pc() - t
+    finally:
+        p.kill()
+        p.wait()
+    return total / calls * 1e6
+
+
 def _run(cell: str, axis: str, policy) -> tuple[float, list]:
     log: list = []
     t = time.perf_counter()
@@ -112,9 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     rows = bench(args.cell, args.repeats)
+    floor = round(ipc_floor_us(), 1)
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"rows": rows, "ipc_floor_us": floor}, indent=2))
     else:
+        print(f"bare pipe round trip on this machine (100 us of work between calls): {floor:.0f} us")
         for r in rows:
             print(f"{r['policy']:22s} {r['cell']}: in-process {r['inprocess_s']:.3f}s  sandboxed "
                   f"{r['sandboxed_s']:.3f}s  ratio {r['ratio']:.2f}x  ({r['hook_calls']} hook calls, "

@@ -112,10 +112,13 @@ class WorkerProcess:
         os.chmod(self._cwd, 0o555)  # empty and read-only: nothing to read, nowhere to write
         cfg = {"ppid": os.getpid(), "cpu_s": max(1, math.ceil(cpu_budget_s)),
                "mem_bytes": int(memory_mb) << 20, "seccomp": seccomp, "audit": audit}
+        # `-E -s -P` (what -I means) except -E: the environment is ours and empty but for a
+        # fixed hash seed, so set/dict order of strings -- and so the decisions -- are the same
+        # in every worker (the leakage check and the search compare runs). -S: no site dir.
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _worker_source(), json.dumps(cfg)],
+            [sys.executable, "-s", "-S", "-P", "-B", "-c", _worker_source(), json.dumps(cfg)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            cwd=self._cwd, start_new_session=True, close_fds=True, env={})
+            cwd=self._cwd, start_new_session=True, close_fds=True, env={"PYTHONHASHSEED": "0"})
         self._out = self.proc.stdin.fileno()
         self._in = self.proc.stdout.fileno()
         os.set_blocking(self._out, False)

@@ -1,9 +1,10 @@
 """The isolated worker: runs one candidate policy behind a pipe.
 
 This file is self-contained on purpose. The parent (`sandbox.client`) reads its *source*
-and starts `python -I -S -c <source> <config-json>`, so the worker imports nothing of the
+and starts `python -s -S -P -B -c <source> <config-json>` (-I's isolation, with an
+environment holding only a fixed PYTHONHASHSEED), so the worker imports nothing of the
 simulator: its address space never holds a trace, a PCB or a simulator object, and no
-frame walk or `gc` trick can reach future data. Observations arrive as JSON arrays of the
+frame walk or `gc` trick can reach future data. Observations arrive as plain data of the
 allow-listed fields only; decisions leave as JSON. Never pickle.
 
 Start-up order matters (each step is a layer; see docs/sandbox.md):
@@ -311,11 +312,20 @@ def _install_seccomp(ctypes, libc):
 
 
 def harden(cfg):
-    """Apply every isolation layer the machine allows; returns {layer: "on" | "off: why"}."""
+    """Apply every isolation layer the machine allows; returns {layer: "on" | "off: why"}.
+
+    Each layer is independent: one the platform lacks (no prctl on macOS, no user
+    namespaces in some containers) is reported "off" and the others still apply.
+    """
     import resource
     import signal
     layers = _Layers()
-    ctypes, libc = _libc()
+    try:
+        ctypes, libc = _libc()
+        libc.prctl, libc.unshare  # noqa: B018 - both exist on Linux only
+    except (OSError, AttributeError, ImportError) as e:
+        ctypes = libc = None
+        why = "no Linux libc (%s)" % type(e).__name__
     # Privileges: a root worker would be exempt from RLIMIT_NPROC and could read any file.
     if os.geteuid() == 0:
         try:
@@ -326,36 +336,41 @@ def harden(cfg):
         except OSError as e:
             layers.mark("drop_root", False, str(e))
     else:
-        layers.mark("drop_root", True, "not root")
+        layers.mark("drop_root", True)
     # Namespaces: a fresh network namespace has no interfaces, so no network at all.
     CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
+    if libc is None:
+        layers.mark("netns", False, why)
+    elif libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
         layers.mark("netns", True)
     else:
         layers.mark("netns", False, "unshare errno %d" % ctypes.get_errno())
     # rlimits (the kernel enforces these from outside the interpreter).
-    lim = []
+    failed = []
     for name, soft, hard in (("RLIMIT_AS", cfg["mem_bytes"], cfg["mem_bytes"]),
                              ("RLIMIT_CPU", cfg["cpu_s"], cfg["cpu_s"] + 1),
                              ("RLIMIT_FSIZE", 0, 0), ("RLIMIT_NOFILE", 8, 8),
                              ("RLIMIT_NPROC", 0, 0), ("RLIMIT_CORE", 0, 0)):
         try:
             resource.setrlimit(getattr(resource, name), (soft, hard))
-            lim.append(name)
-        except (ValueError, OSError) as e:
-            layers.mark(name, False, str(e))
-    layers.mark("rlimits", True, ",".join(lim))
+        except (ValueError, OSError, AttributeError) as e:
+            failed.append("%s (%s)" % (name, e))
+    layers.mark("rlimits", not failed, "failed: " + ", ".join(failed))
     # Parent death: set after the credential changes above, which clear it.
     PR_SET_PDEATHSIG = 1
-    ok = libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    if libc is None:
+        layers.mark("pdeathsig", False, why)
+    else:
+        layers.mark("pdeathsig", libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0)
     if os.getppid() != cfg["ppid"]:
         os._exit(70)  # the parent is already gone
-    layers.mark("pdeathsig", ok)
-    if cfg.get("seccomp", True):
-        why = _install_seccomp(ctypes, libc)
-        layers.mark("seccomp", not why, why)
-    else:
+    if not cfg.get("seccomp", True):
         layers.mark("seccomp", False, "disabled by caller")
+    elif libc is None:
+        layers.mark("seccomp", False, why)
+    else:
+        why_not = _install_seccomp(ctypes, libc)
+        layers.mark("seccomp", not why_not, why_not)
     # ctypes stays loaded (the import system holds it), but unnamed: the candidate's
     # namespace never reaches sys.modules without a dunder walk, which the gate refuses.
     for m in [m for m in sys.modules if m == "ctypes" or m.startswith("ctypes.")]:
@@ -367,7 +382,8 @@ def harden(cfg):
 _TRIPWIRE_PREFIXES = ("open", "os.", "subprocess.", "socket.", "ctypes.", "sys._getframe",
                       "sys._current_frames", "gc.", "import", "compile", "exec",
                       "pickle.", "shutil.", "urllib.", "http.", "_thread.", "code.__new__",
-                      "function.__new__", "sys.setprofile", "sys.settrace", "builtins.input", "pty.", "resource.", "signal.",
+                      "function.__new__", "sys.setprofile", "sys.settrace", "builtins.input",
+                      "pty.", "resource.", "signal.",
                       "syslog.", "mmap.", "fcntl.", "sqlite3.", "webbrowser", "ftplib.",
                       "smtplib.", "telnetlib.", "poplib.", "imaplib.", "nntplib.", "glob.",
                       "tempfile.", "socket", "sys.unraisablehook", "sys.excepthook")

@@ -288,3 +288,21 @@ def test_constant_hooks_skip_the_round_trip_but_not_the_rules():
             pol.priority(pview(), 1.0)
     finally:
         pol.close()
+
+
+def test_decisions_are_deterministic_across_workers():
+    """String hashing is seeded identically in every worker, so set order cannot differ."""
+    src = textwrap.dedent('''
+    class P(SchedulingPolicy):
+        def priority(self, pcb, now):
+            names = {"bash", "edit", "search", "python", "grep", "ls", "cat", "find", pcb.program_id}
+            return sum((i + 1) * len(n) * (7 ** i) for i, n in enumerate(names)) % 1000003
+    ''')
+    got = set()
+    for _ in range(3):
+        pol = load_sandboxed_policy(src, "scheduling")
+        try:
+            got.add(pol.priority(pview(), 1.0))
+        finally:
+            pol.close()
+    assert len(got) == 1
