@@ -46,6 +46,7 @@ class Verdict:
     admissible: bool = False
     reason: str = ""
     stages: list[Stage] = field(default_factory=list)
+    layers: dict[str, str] = field(default_factory=dict)   # isolation layers active in the worker
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,6 +109,7 @@ def check_policy(source: str | None, axis: str, *, label: str, seed_source: str 
         programs.extend(cell_programs(c, c.seed))
         pol = make()
         log: list = []
+        v.layers = dict(getattr(pol, "sandbox_layers", {}) or {})
         try:
             res = simulate(c, programs=programs, decision_log=log, **{axis: pol})
         finally:
@@ -192,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
         for s in v.stages:
             mark = "skip" if s.ok is None else ("ok" if s.ok else "FAIL")
             print(f"{s.stage:8s} {mark:4s}  {s.detail}")
+        if v.layers:
+            print("isolation: " + ", ".join(f"{k} {val}" for k, val in v.layers.items()))
         print("verdict: ADMISSIBLE" if v.admissible else f"verdict: REJECTED ({v.reason})")
     return 0 if v.admissible else 1
 
