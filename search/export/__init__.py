@@ -90,6 +90,7 @@ def export_run(run: Run, cid: str | None, to: str, out: Path | None, name: str |
     (out / "README.md").write_text(_fill(_template(f"README.{run.axis}.md"), values), encoding="utf-8")
     tests = out / "tests"
     tests.mkdir()
-    for f in ("conftest.py", "vllm_harness.py", "test_policy.py", f"test_{run.axis}.py"):
+    extra = ("engine_e2e.py",) if run.axis == "retention" else ()
+    for f in ("conftest.py", "vllm_harness.py", "test_policy.py", f"test_{run.axis}.py", *extra):
         (tests / f).write_text(_fill(_template(f"tests/{f}"), values), encoding="utf-8")
     return ExportedPackage(out, pkg, cid, run.axis)

@@ -68,3 +68,25 @@ def test_priority_order_respected(tmp_path):
         out, _ = step(s)
         order += [n.req_id for n in out.scheduled_new_reqs]
     assert order == ["high", "mid", "low"]
+
+
+def test_whole_engine_keeps_the_prefix(tmp_path):
+    """Same scenario through `LLM(..., scheduler_cls=...)`: the path `--scheduler-cls` takes."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    res = {}
+    for mode in ("retention", "stock"):
+        p = subprocess.run([sys.executable, str(here / "engine_e2e.py"), mode, str(tmp_path / mode)], cwd=here,
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        res[mode] = json.loads(p.stdout.strip().splitlines()[-1])
+    print(f"\nwhole engine, second call's cached prefix: {res}")
+    assert res["retention"]["scheduler"] == "RetentionScheduler"
+    assert res["stock"]["cached_tokens"] == 0
+    if not res["retention"]["stats"]["protect"] or res["retention"]["stats"]["pressure"]:
+        pytest.skip(f"this policy does not protect the prefix here ({res['retention']['stats']})")
+    assert res["retention"]["cached_tokens"] == 160
