@@ -123,6 +123,7 @@ def execute(run: RunDir, ray_address: str | None = None, console: Console | None
     status, code = "failed", 1
     try:
         with progress:
+            progress.note(f"run {run.root}: llm {meta['llm']}; evaluations on {where}")
             if resumed:
                 progress.note(f"resuming {run.root}: replaying stored candidates and LLM answers")
             progress.note(f"scoring the seed on {', '.join(plan.cells + ((s1,) if s1 else ()))} "

@@ -338,6 +338,7 @@ class SearchEngine:
                     ex.shutdown(wait=False)
 
             def request_shutdown(self) -> None:
+                engine.progress.interrupted = True
                 super().request_shutdown()
                 engine.progress.note("interrupt received: stopping after cancelling evaluations in flight")
                 engine.evaluator.cancel_all()
@@ -368,5 +369,4 @@ class SearchEngine:
             self.oe.evaluator = _EvaluatorAdapter(self)
             self._keep_failures_out(self.oe.database)
             asyncio.run(self.oe.run(iterations=self.settings.iterations))
-            ctl_stopped = self.progress.interrupted
-        return not ctl_stopped
+        return not self.progress.interrupted and self.progress.iterations_done >= self.settings.iterations

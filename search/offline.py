@@ -57,8 +57,11 @@ _NUM = re.compile(r"(?<![\w.])(\d+\.\d+|\d+)(?![\w.])")
 
 
 def _fmt(x: float) -> str:
+    """Four significant digits, never in exponent form (the constant mutator edits digits)."""
     s = f"{x:.4g}"
-    return s if any(c in s for c in ".e") else s + ".0"
+    if "e" in s:
+        s = f"{float(s):.1f}" if abs(x) >= 1 else f"{float(s):.8f}".rstrip("0")
+    return s if "." in s else s + ".0"
 
 
 def _block(code: str) -> tuple[list[str], int, int]:
@@ -200,7 +203,9 @@ class OfflineMutator(LLMInterface):
         factor = rng.choice([0.5, 0.7, 0.8, 0.9, 1.1, 1.25, 1.5, 2.0])
         nv = v * factor
         s = lines[i]
-        new = s[: m.start()] + (_fmt(nv) if "." in m.group(0) or isinstance(nv, float) else str(int(nv))) + s[m.end():]
+        # integer literals stay integers (they may be counts or indices)
+        lit = _fmt(nv) if "." in m.group(0) else str(max(1, int(round(nv))))
+        new = s[: m.start()] + lit + s[m.end():]
         if new == s:
             return None
         return (f"Tune a constant ({m.group(0)} -> x{factor:g}).", ([s], [new]))

@@ -10,6 +10,7 @@ Control knobs for fault-injection tests, read from the directory named by FAKESI
                 `block_once` and sleeps (the test then kills the worker process);
   block_all   - every call writes its pid and sleeps;
   sleep       - every call sleeps forever (a hung evaluation).
+FAKESIM_DELAY_S makes every call take that long (so a test can kill a run mid-way).
 """
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ class FakeResult:
 
 
 def _control() -> None:
+    delay = float(os.environ.get("FAKESIM_DELAY_S", "0") or 0)
+    if delay > 0:
+        time.sleep(delay)
     d = os.environ.get("FAKESIM_CONTROL")
     if not d:
         return
