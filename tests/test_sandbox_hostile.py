@@ -64,7 +64,7 @@ def run_ungated(path: Path, audit: bool) -> tuple[str, str]:
     h = header(path)
     limits = dict(kv.split("=") for kv in h.get("limits", "").split())
     calls = int(limits.pop("calls", 3))
-    kw = {"decision_timeout_s": 0.5, "cpu_budget_s": 10.0, "load_timeout_s": 3.0}
+    kw = {"decision_timeout_s": 1.0, "cpu_budget_s": 10.0, "load_timeout_s": 5.0}
     kw.update({k: float(v) for k, v in limits.items()})
     policy = None
     try:
