@@ -64,7 +64,7 @@ def _fail(msg: str) -> int:
 def run(args: argparse.Namespace) -> int:
     """The bare form: create a run directory and search."""
     from .driver import SearchError, create_run, execute
-    from .llm import LLMSetupError, build_models, entries_for, parse_spec
+    from .llm import LLMSetupError, build_models, entries_for, label_for, parse_spec
     from .settings import SettingsError, load_settings
 
     if not args.axis or not args.cell:
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         if args.llm:
             parse_spec(args.llm)
         entries = entries_for(args.llm, args.api_base, settings.llm)
-        label = " + ".join(f"{e.backend}" + (f"@{e.weight:g}" if len(entries) > 1 else "") for e in entries)
+        label = label_for(entries)
         if not args.llm and not settings.llm.models and (os.environ.get("OPENAI_API_KEY")
                                                         or os.environ.get("ANTHROPIC_API_KEY")):
             Console(stderr=True).print("note: an API key is set but no model was chosen; searching with the "

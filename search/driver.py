@@ -11,7 +11,7 @@ from rich.console import Console
 
 from simcore.config import ConfigError, cell_catalog, get_cell
 
-from .rundir import RunDir, RunError, now_iso
+from .rundir import RunDir, now_iso
 from .settings import SearchSettings
 
 SEED_FILES = {"retention": "retention_ttl.py", "scheduling": "scheduling_plas.py",

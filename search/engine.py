@@ -231,7 +231,18 @@ class SearchEngine:
         self.progress.iteration_error(job.iteration, msg)
         return SerializableResult(error=msg, iteration=job.iteration)
 
+    def _save_progress(self) -> None:
+        with self._lock:
+            self.meta["iterations_done"] = self.progress.iterations_done
+            self.run_dir.save_meta(self.meta)
+
     def run_job(self, job: Job) -> SerializableResult:
+        try:
+            return self._run_job(job)
+        finally:
+            self._save_progress()     # run.json shows live progress to `evolve runs`
+
+    def _run_job(self, job: Job) -> SerializableResult:
         t0 = time.perf_counter()
         try:
             response = self._llm_answer(job)

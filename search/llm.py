@@ -144,8 +144,8 @@ def build_models(entries: list[ModelEntry], settings: LLMSettings, seed: int,
     return out
 
 
-def describe(backends: list[Backend]) -> str:
-    if len(backends) == 1:
-        return backends[0].spec
-    total = sum(b.weight for b in backends)
-    return " + ".join(f"{b.spec}@{b.weight / total:.2f}" for b in backends)
+def label_for(entries: list[ModelEntry]) -> str:
+    """How run.json names the LLM: one backend, or the ensemble with its weights."""
+    if len(entries) == 1:
+        return entries[0].backend
+    return " + ".join(f"{e.backend}@{e.weight:g}" for e in entries)

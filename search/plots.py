@@ -25,8 +25,12 @@ def _save(fig: Any, path: Path) -> Path:
 def plot_islands(run: Run, out: Path) -> Path:
     df = island_progress(run)
     fig, ax = plt.subplots(figsize=(7, 4))
-    for isl, g in df.groupby("island"):
-        ax.step(g["iteration"], g["best_fitness"], where="post", marker="o", ms=3, label=f"island {isl}")
+    # distinct line styles and markers: islands often share values (all start from the seed)
+    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
+    for k, (isl, g) in enumerate(df.groupby("island")):
+        ls, mk = styles[k % len(styles)]
+        ax.step(g["iteration"], g["best_fitness"], where="post", ls=ls, marker=mk, ms=5, mfc="none",
+                lw=1.5, label=f"island {isl}")
     ax.axhline(1.0, color="grey", lw=0.8, ls="--", label="seed parity")
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set(xlabel="iteration", ylabel="best fitness so far (seed JCT / candidate JCT)",

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from search.driver import create_run, execute
-from search.llm import entries_for
+from search.llm import entries_for, label_for
 from search.settings import load_settings
 from tests.fakes import FAKESIM, ensure_ray
 from tests.fakes.llm_servers import anthropic_server, openai_server
@@ -23,11 +23,12 @@ TINY = {"islands": 2, "population": 12, "archive_size": 6, "workers": 1, "timeou
         "evaluator": {"simulator": FAKESIM, "leak_check": False, "stage1_cell": "rtx70b_swe10_0.1"}}
 
 
-def _search(tmp_path, iterations, llm=None, api_base=None, **over):
+def _search(tmp_path, iterations, llm=None, api_base=None, llm_models=None, **over):
     ensure_ray()
-    settings = load_settings(None, {**TINY, "iterations": iterations, **over})
+    settings = load_settings(None, {**TINY, "iterations": iterations, **over,
+                                    **({"llm": {"models": llm_models}} if llm_models else {})})
     entries = entries_for(llm, api_base, settings.llm)
-    run = create_run("scheduling", "rtx70b_swe_0.1", settings, llm or "offline",
+    run = create_run("scheduling", "rtx70b_swe_0.1", settings, label_for(entries),
                      [e.model_dump() for e in entries], str(tmp_path / "run"), None)
     code = execute(run, console=Console(file=open(tmp_path / "out.txt", "w"), width=200))
     return code, run
@@ -38,7 +39,7 @@ def _results(run):
 
 
 def test_offline_search_writes_the_run_layout_and_finds_a_better_policy(tmp_path):
-    code, run = _search(tmp_path, 10)
+    code, run = _search(tmp_path, 10, seed=42)
     assert code == 0
     meta = json.loads(run.run_json.read_text())
     assert meta["status"] == "finished" and meta["iterations_done"] == 10 == meta["iterations_planned"]
@@ -145,3 +146,17 @@ def test_unreachable_server_is_one_clear_error(tmp_path, monkeypatch, capsys):
 def test_bad_arguments_are_one_line_errors(tmp_path, monkeypatch, capsys, argv, needle):
     code, err = _cli(monkeypatch, capsys, *argv, "--run-dir", str(tmp_path / "r"))
     assert code == 2 and needle in err and "Traceback" not in err
+
+
+def test_weighted_ensemble_from_the_config_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "k")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+    with openai_server(["tweak"]) as o, anthropic_server(["tweak"]) as a:
+        models = [{"backend": "openai:fake-model", "weight": 0.7, "api_base": f"http://127.0.0.1:{o.port}/v1"},
+                  {"backend": "anthropic:claude-test", "weight": 0.3, "api_base": f"http://127.0.0.1:{a.port}"}]
+        code, run = _search(tmp_path, 8, llm=None, llm_models=models)
+        n_openai, n_anthropic = len(o.requests), len(a.requests)
+    assert code == 0 and n_openai + n_anthropic == 8 and n_openai >= 1 and n_anthropic >= 1
+    assert json.loads(run.run_json.read_text())["llm"] == "openai:fake-model@0.7 + anthropic:claude-test@0.3"
+    used = [json.loads(p.read_text())["model"] for p in sorted((run.root / "journal" / "llm").iterdir())]
+    assert used.count("openai:fake-model") == n_openai and used.count("anthropic:claude-test") == n_anthropic

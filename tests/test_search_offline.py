@@ -1,6 +1,5 @@
 """The offline mutator proposes real, admissible SEARCH/REPLACE edits inside the EVOLVE block."""
 import asyncio
-import random
 from importlib import resources
 
 import pytest

@@ -1,5 +1,4 @@
 """Search settings: the paper's defaults, config-file and flag overrides, one-line errors."""
-import threading
 import time
 
 import pytest
