@@ -66,6 +66,38 @@ _getcpu = _getcpu_fn()
 _WORKER_SOURCE: str | None = None
 
 
+_PLAIN = frozenset({type(None), bool, int, float, str})
+_all_plain = _PLAIN.__contains__
+
+
+def _plain(obj: Any) -> Any:
+    """`obj` with exact builtin types only. marshal would silently write a numpy scalar
+    (or any buffer) as bytes, so the simulator's values are normalised before sending."""
+    t = type(obj)
+    if t in _PLAIN:
+        return obj
+    if t in (list, tuple) or isinstance(obj, (list, tuple)):
+        return (tuple if isinstance(obj, tuple) else list)(_plain(x) for x in obj)
+    if isinstance(obj, dict):
+        return {_plain(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, str):
+        return str(obj)
+    if type(obj).__name__ in ("bool_", "bool") or isinstance(obj, bool):
+        return bool(obj)
+    if hasattr(obj, "__index__"):
+        return operator.index(obj)
+    if hasattr(obj, "__float__"):
+        return float(obj)
+    raise SandboxViolation(f"cannot send a {t.__name__} to the policy worker")
+
+
+def _plain_row(row: Any) -> list:
+    """Fast path for flat rows: one C-level pass when every value is already plain."""
+    if all(map(_all_plain, map(type, row))):
+        return row if type(row) is list else list(row)
+    return [_plain(x) for x in row]
+
+
 def _frame(obj: Any) -> bytes:
     """Parent -> worker framing (see sandbox/worker.py): length + marshal of plain data."""
     body = _mdumps(obj)
@@ -194,6 +226,13 @@ class WorkerProcess:
             if not chunk:
                 self._fail(self._exit_reason(what))
             buf += chunk
+        if line.startswith(b"[1,") and line.endswith(b"]"):  # fast path: an int answer
+            body = line[3:-1]
+            if body.isdigit() or (body.startswith(b"-") and body[1:].isdigit()):
+                try:
+                    return int(body)
+                except ValueError:  # more digits than int() accepts
+                    self._fail(f"worker sent a malformed answer while {what}")
         try:
             ok, value = _loads(line)
         except (ValueError, TypeError):
@@ -204,7 +243,7 @@ class WorkerProcess:
 
     def _encode_view(self, pcb: Any) -> list:
         """The allow-listed fields only; history tuples as deltas against the last send."""
-        row = list(_scalar_row(pcb))
+        row = _plain_row(_scalar_row(pcb))
         hist = self._hist.get(row[0])
         if hist is None:
             hist = self._hist[row[0]] = [(), (), (), ()]
@@ -215,10 +254,10 @@ class WorkerProcess:
             n = len(old)
             if len(v) >= n and v[:n] == old:
                 row.append(n)
-                row.append(v[n:])
+                row.append(_plain_row(v[n:]))
             else:
                 row.append(0)
-                row.append(v)
+                row.append(_plain_row(v))
             hist[j] = v
         return row
 
@@ -226,7 +265,8 @@ class WorkerProcess:
         """One hook call; returns the raw JSON-decoded value (validated by the caller)."""
         sig = None
         if signals is not None and signals is not self._last_sig:
-            sig = [signals.now, signals.kv_utilization, [_inst_row(v) for v in signals.instances]]
+            sig = [_plain(signals.now), _plain(signals.kv_utilization),
+                   [_plain_row(_inst_row(v)) for v in signals.instances]]
             self._last_sig = signals
         elif signals is None and self._last_sig is not None:
             sig = [now, None, []]
@@ -243,7 +283,7 @@ class WorkerProcess:
                     os.sched_setaffinity(self.proc.pid, (cpu,))
                 except OSError:
                     pass
-        msg = _frame([hook, now, self._encode_view(pcb), extra, sig])
+        msg = _frame([hook, _plain(now), self._encode_view(pcb), extra, sig])
         return self._roundtrip(msg, self.decision_timeout_s, _w._HOOK_NAMES[hook])
 
     # ----------------------------------------------------------------- lifecycle
@@ -342,7 +382,7 @@ class SandboxedRouting(_Proxy, RoutingPolicy):
     def select(self, pcb: Any, inflight: tuple, now: float) -> int:
         raw = self._const.get("select", _NO)
         if raw is _NO:
-            raw = self._worker.call("s", now, pcb, [_inst_row(v) for v in inflight], self._sig())
+            raw = self._worker.call("s", now, pcb, [_plain_row(_inst_row(v)) for v in inflight], self._sig())
         try:
             return parse_instance(raw, len(inflight))
         except Exception as e:  # noqa: BLE001

@@ -502,6 +502,7 @@ def read_frame(read):
 
 def serve(policy, axis, state):
     read = sys.stdin.buffer.read
+    encode = json.JSONEncoder(separators=(",", ":"), allow_nan=True).encode
     signals = None
     hooks = {
         "c": lambda pcb, now, extra: policy.on_turn_complete(pcb, extra, now),
@@ -519,12 +520,14 @@ def serve(policy, axis, state):
         try:
             policy.bind(signals)
             value = hooks[hook](make_view(row), now, extra)
-            out = json.dumps([1, value], separators=(",", ":"), allow_nan=True)
+            # ints (every priority, every route) skip the encoder; "%d" obeys the same
+            # int-to-str digit limit as json does
+            out = "[1,%d]\n" % value if type(value) is int else encode([1, value]) + "\n"
         except Exception as e:  # noqa: BLE001 - every failure becomes a one-line reason
-            out = json.dumps([0, "%s raised %s" % (_HOOK_NAMES[hook], _reason(e))])
+            out = json.dumps([0, "%s raised %s" % (_HOOK_NAMES[hook], _reason(e))]) + "\n"
         if len(out) > MAX_REPLY_BYTES:
-            out = json.dumps([0, "%s returned a value larger than %d bytes" % (_HOOK_NAMES[hook], MAX_REPLY_BYTES)])
-        data = out.encode() + b"\n"
+            out = json.dumps([0, "%s returned a value larger than %d bytes" % (_HOOK_NAMES[hook], MAX_REPLY_BYTES)]) + "\n"
+        data = out.encode()
         while data:
             data = data[os.write(1, data):]
 

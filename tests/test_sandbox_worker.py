@@ -306,3 +306,24 @@ def test_decisions_are_deterministic_across_workers():
         finally:
             pol.close()
     assert len(got) == 1
+
+
+def test_numpy_scalars_arrive_as_plain_numbers():
+    """marshal would write numpy scalars as raw bytes; the client normalises them."""
+    import numpy as np
+    src = textwrap.dedent('''
+    class P(SchedulingPolicy):
+        def priority(self, pcb, now):
+            ok = (isinstance(pcb.attained_service_s, float) and isinstance(pcb.context_tokens, int)
+                  and isinstance(self.signals.kv_utilization, float)
+                  and all(isinstance(d, float) for d in pcb.returned_tool_durations))
+            return pcb.context_tokens + (1 if ok else 0)
+    ''')
+    pol = load_sandboxed_policy(src, "scheduling")
+    try:
+        v = pview(attained_service_s=np.float64(2.5), context_tokens=np.int64(5000),
+                  returned_tool_durations=(np.float64(0.5), 1.5))
+        pol.bind(Signals(np.float64(8.0), np.float64(0.5), (InstanceView(0, np.int64(2), 1, 0.5, 1000, np.bool_(True)),)))
+        assert pol.priority(v, np.float64(8.0)) == 5001
+    finally:
+        pol.close()
