@@ -33,6 +33,7 @@ def plot_islands(run: Run, out: Path) -> Path:
                 lw=1.5, label=f"island {isl}")
     ax.axhline(1.0, color="grey", lw=0.8, ls="--", label="seed parity")
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter(useOffset=False))  # 1.00006, not 1e-5+1
     ax.set(xlabel="iteration", ylabel="best fitness so far (seed JCT / candidate JCT)",
            title=f"{run.run_id}: best fitness per island")
     ax.legend()

@@ -51,7 +51,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                ["run", "axis", "cell", "iterations", "best fitness", "best candidate", "status"],
                fold=("run", "cell", "best candidate"))
     for r in df.itertuples():
-        t.add_row(r.run_id, r.axis, r.cell, r.iterations, _f(r.best_fitness), _s(r.best_candidate), r.status)
+        t.add_row(r.run_id, r.axis, r.cell, r.iterations, _f(r.best_fitness, "{:.4f}"), _s(r.best_candidate), r.status)
     console.print(t)
     return 0
 
@@ -67,9 +67,9 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
                ["#", "candidate", "fitness [95% CI]", "mean JCT (s)", "p99 JCT (s)", "island", "gen", "parent",
                 "status"], fold=("candidate", "fitness [95% CI]", "parent", "status"))
     for r in df.itertuples():
-        ci = f" [{_f(r.fitness_lo)}, {_f(r.fitness_hi)}]" if r.status == "ok" else ""
+        ci = f" [{_f(r.fitness_lo, '{:.4f}')}, {_f(r.fitness_hi, '{:.4f}')}]" if r.status == "ok" else ""
         status = r.status if r.status == "ok" else f"{r.status}: {_s(r.reason, '?')}"
-        t.add_row(str(r.rank), r.candidate_id, f"{r.fitness:.3f}{ci}", _f(r.mean_jct_s, "{:,.1f}"),
+        t.add_row(str(r.rank), r.candidate_id, f"{r.fitness:.4f}{ci}", _f(r.mean_jct_s, "{:,.1f}"),
                   _f(r.p99_jct_s, "{:,.1f}"), _f(r.island, "{:.0f}"), _f(r.generation, "{:.0f}"),
                   _s(r.parent_id, "(seed)"), status)
     console.print(t)

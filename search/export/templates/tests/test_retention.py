@@ -90,3 +90,52 @@ def test_whole_engine_keeps_the_prefix(tmp_path):
     if not res["retention"]["stats"]["protect"] or res["retention"]["stats"]["pressure"]:
         pytest.skip(f"this policy does not protect the prefix here ({res['retention']['stats']})")
     assert res["retention"]["cached_tokens"] == 160
+
+
+def _with_policy(tmp_path, decide_complete, decide_arrival="release"):
+    """A RetentionScheduler whose policy is replaced by a test policy (mechanics, not the export)."""
+    from {{PACKAGE}}.runtime import RetentionPolicy
+
+    class P(RetentionPolicy):
+        def on_turn_complete(self, pcb, request_id, now):
+            return decide_complete(now)
+
+        def on_turn_arrival(self, pcb, now):
+            return decide_arrival
+
+    clock = Clock()
+    cls = type("T", (S.RetentionScheduler,), {"clock": staticmethod(clock)})
+    s = make_scheduler(cls, tmp_path)
+    s.retention = P()
+    return s, clock
+
+
+def test_protection_expires_at_its_deadline(tmp_path):
+    s, clock = _with_policy(tmp_path, lambda now: ("protect", now + 0.2))
+    s.add_request(make_request("A0", PROMPT, session="A"))
+    run_to_completion(s)
+    assert "A" in s.pins
+    clock.t = 0.3
+    step(s)                          # any schedule() call expires the pin
+    assert "A" not in s.pins and s.stats["expired"] == 1
+    assert s.kv_cache_manager.block_pool.get_num_free_blocks() == 40
+
+
+def test_pins_give_way_to_work_that_cannot_fit(tmp_path):
+    s, clock = _with_policy(tmp_path, lambda now: ("protect", now + 1e6))
+    s.add_request(make_request("A0", PROMPT, session="A"))
+    run_to_completion(s)
+    assert s.kv_cache_manager.block_pool.get_num_free_blocks() == 30     # 10 pinned
+    s.add_request(make_request("big", list(range(20000, 20000 + 35 * 16))))  # needs 35 blocks
+    run_to_completion(s)             # without pressure relief this never schedules
+    assert s.stats["pressure"] == 1 and "A" not in s.pins
+
+
+def test_evict_drops_the_prefix_without_churn(tmp_path):
+    for decision, want in (("release", len(PROMPT)), ("evict", 0)):
+        s, clock = _with_policy(tmp_path / decision, lambda now, d=decision: d)
+        s.add_request(make_request("A0", PROMPT, session="A"))
+        run_to_completion(s)
+        s.add_request(make_request("A1", PROMPT + [7] + list(range(3000, 3040)), session="A"))
+        out, _ = step(s)
+        assert prefix_hit(out, "A1") == want, decision
