@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.check import main
+from simcore.policies.registry import SHIPPED
 from tests.test_sandbox_gate import LISTINGS
 
 HOSTILE = Path(__file__).parent / "hostile"
@@ -65,9 +66,11 @@ def test_hostile_candidates_are_rejected_with_a_reason(capsys, name: str, stage:
     assert v["reason"].startswith(f"{stage}: ") and "\n" not in v["reason"]
 
 
-def test_shipped_name_runs_in_process(capsys):
-    assert main(["check", "pressure-ttl", "--axis", "retention"]) == 0
-    assert "trusted code" in capsys.readouterr().out
+@pytest.mark.parametrize("axis,name", [(a, n) for a in ("retention", "scheduling", "routing") for n in SHIPPED[a]])
+def test_every_shipped_policy_is_admissible(capsys, axis: str, name: str):
+    assert main(["check", name, "--axis", axis]) == 0
+    out = capsys.readouterr().out
+    assert "trusted code" in out and "verdict: ADMISSIBLE" in out
 
 
 @pytest.mark.parametrize("argv,msg", [
