@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 CELL = "rtx70b_swe10_0.1"
+ROUTING_CELL = "h100x2_8b_swe_0.1"   # routing needs more than one instance
 SEED_FILES = {"scheduling": "scheduling_plas.py", "retention": "retention_ttl.py", "routing": "routing_affinity.py"}
 # (candidate id, parent, island, iteration, edit of the seed source or None = failed candidate)
 VARIANTS = {
@@ -22,6 +23,9 @@ VARIANTS = {
     "retention": [
         ("it0001-aaaa", "it0000-seed", 0, 1, ("TAU_S = 2.0", "TAU_S = 30.0")),
         ("it0002-bbbb", "it0000-seed", 1, 2, None),
+    ],
+    "routing": [
+        ("it0001-aaaa", "it0000-seed", 0, 1, ("MAX_EXTRA_INFLIGHT = 4", "MAX_EXTRA_INFLIGHT = 1")),
     ],
 }
 
@@ -39,12 +43,13 @@ def make_run(root: Path, axis: str = "scheduling", status: str = "finished", run
              started_at: str = "2026-11-30T01:00:00+00:00") -> Path:
     """A run with the seed, ok and failed candidates, metrics from real simulations (seed 0)."""
     from simcore.sim import simulate
-    run_id = run_id or f"{axis}-{CELL}-fixture"
+    cell = ROUTING_CELL if axis == "routing" else CELL
+    run_id = run_id or f"{axis}-{cell}-fixture"
     d = root / run_id
     seed = seed_source(axis)
     _write(d / "seed.py", seed)
     (d / "checkpoints").mkdir(parents=True, exist_ok=True)
-    seed_summary = simulate(CELL, seed=0, **{axis: str(d / "seed.py")}).summary
+    seed_summary = simulate(cell, seed=0, **{axis: str(d / "seed.py")}).summary
     rows = [("it0000-seed", None, 0, 0, seed)]
     for cid, parent, island, it, edit in VARIANTS[axis]:
         rows.append((cid, parent, island, it, None if edit is None else seed.replace(*edit)))
@@ -57,7 +62,7 @@ def make_run(root: Path, axis: str = "scheduling", status: str = "finished", run
                    "reason": "gate: imports a forbidden module 'os'"}
         else:
             _write(cdir / "program.py", src)
-            m = dict(simulate(CELL, seed=0, **{axis: str(cdir / "program.py")}).summary)
+            m = dict(simulate(cell, seed=0, **{axis: str(cdir / "program.py")}).summary)
             fit = seed_summary["mean_jct_s"] / m["mean_jct_s"]
             res = {"status": "ok", "fitness": fit, "fitness_ci": [fit * 0.97, fit * 1.03], "metrics": m,
                    "reason": None}
@@ -69,7 +74,7 @@ def make_run(root: Path, axis: str = "scheduling", status: str = "finished", run
     _write(d / "best" / "policy.py", best_src)
     _write(d / "best" / "result.json", best_res)
     _write(d / "run.json", {
-        "run_id": run_id, "axis": axis, "cell": CELL, "seed_file": f"seeds/{SEED_FILES[axis]}",
+        "run_id": run_id, "axis": axis, "cell": cell, "seed_file": f"seeds/{SEED_FILES[axis]}",
         "config": {"iterations": 3, "evaluator": {"workload_seeds": [0]}}, "llm": "offline", "status": status,
         "iterations_planned": 3, "iterations_done": 3 if status == "finished" else 1, "started_at": started_at,
         "finished_at": started_at if status == "finished" else None, "best_candidate": best})

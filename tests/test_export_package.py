@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from export_helpers import BUILDS_WHEELS, can_import, load_exported, vllm_python
-from runs_fixture import CELL, make_run
+from runs_fixture import CELL, ROUTING_CELL, make_run
 from simcore import pcb as sim_pcb
 from simcore.cli import main
 from simcore.policies import base as sim_base
 
 SCHED = f"scheduling-{CELL}-fixture"
 RET = f"retention-{CELL}-fixture"
+ROUTE = f"routing-{ROUTING_CELL}-fixture"
 
 
 @pytest.fixture(scope="module")
@@ -26,13 +27,14 @@ def runs_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     make_run(root, "scheduling")
     make_run(root, "retention", started_at="2026-11-30T02:00:00+00:00")
+    make_run(root, "routing", started_at="2026-11-30T03:00:00+00:00")
     return root
 
 
 @pytest.fixture(scope="module")
 def exported(runs_dir, tmp_path_factory):
     out = {}
-    for run_id, cand in ((SCHED, "it0003-cccc"), (RET, "it0001-aaaa")):
+    for run_id, cand in ((SCHED, "it0003-cccc"), (RET, "it0001-aaaa"), (ROUTE, "it0001-aaaa")):
         d = tmp_path_factory.mktemp("export") / "pkg"
         assert main(["export", run_id, "--candidate", cand, "--to", "vllm", "--out", str(d),
                      "--runs-dir", str(runs_dir)]) == 0
@@ -55,6 +57,9 @@ def test_package_contents(runs_dir, exported):
     pkg = json.loads((r / "metadata.json").read_text())["package"]
     assert f"--scheduler-cls {pkg}.scheduler.RetentionAsyncScheduler" in (r / "README.md").read_text()
     assert (r / "scheduler.py").is_file()
+    q = exported[ROUTE]
+    pkg = json.loads((q / "metadata.json").read_text())["package"]
+    assert f"python -m {pkg}.router" in (q / "README.md").read_text() and (q / "router.py").is_file()
 
 
 def test_round_trip_simulate_gives_the_runs_metrics(runs_dir, exported, capsys):
@@ -115,7 +120,7 @@ def test_shim_parses_priorities_like_the_simulator(exported, p):
     assert rt.parse_priority(p) == want
 
 
-@pytest.mark.parametrize("run_id", [SCHED, RET])
+@pytest.mark.parametrize("run_id", [SCHED, RET, ROUTE])
 def test_the_packages_own_tests_pass(exported, run_id):
     """Without vllm here its vLLM tests skip; tests/test_export_vllm.py runs them with vllm."""
     d = exported[run_id]
