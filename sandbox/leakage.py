@@ -10,7 +10,9 @@ so every decision logged before that instant must be identical. A difference mea
 decision depended on information a deployment would not have: "leaks future information".
 
 Each run gets a fresh policy from `factory(programs)` (policies keep state), the same
-arrival times and the same seed, so nothing but the perturbed values differs.
+arrival times and the same seed, so nothing but the perturbed values differs. The baseline
+is run twice first: a policy whose decisions differ between identical runs is reported as
+nondeterministic rather than leaking.
 """
 from __future__ import annotations
 
@@ -161,11 +163,23 @@ def check_leakage(factory: PolicyFactory, axis: str, cell: Cell | str, programs:
     mine = [e for e in base_log if e[1] == axis]
     if not mine:
         return LeakReport(True, f"the policy made no {axis} decisions on this workload", 1, 0, 0)
+    # A policy that decides differently on the *same* input would be reported as leaking;
+    # say what it really is (its fitness would not be reproducible either).
+    again, _ = run(programs)
+    for i, (x, y) in enumerate(zip(base_log, again)):
+        if x != y:
+            return LeakReport(False, "nondeterministic decisions: %s was %r in one run and %r in an identical "
+                              "run" % (_describe(x), x[5], y[5]) if x[:5] == y[:5] else
+                              "nondeterministic decisions: decision #%d differs between identical runs" % i,
+                              2, i, 0)
+    if len(base_log) != len(again):
+        return LeakReport(False, "nondeterministic decisions: identical runs made different numbers of decisions",
+                          2, 0, 0)
     rel, fin = _reveal_times(base_res)
     t0, t1 = mine[0][0], mine[-1][0]
     rng = np.random.default_rng([rng_seed, 0x1EA4])
     compared = perturbed = 0
-    runs = 1
+    runs = 2
     for frac in cuts:
         cut = t0 + frac * (t1 - t0)
         progs2, n, reveals = perturb_future(programs, rel, fin, cut, cell.kv_pool_tokens, rng)
@@ -191,5 +205,5 @@ def check_leakage(factory: PolicyFactory, axis: str, cell: Cell | str, programs:
         if len(a) != len(b):
             return LeakReport(False, "leaks future information: %d decisions before t=%.3fs in the baseline, "
                               "%d with a perturbed future" % (len(a), horizon, len(b)), runs, compared, perturbed)
-    return LeakReport(True, f"no leak: {compared} decisions identical across {runs - 1} perturbed futures "
+    return LeakReport(True, f"no leak: {compared} decisions identical across {runs - 2} perturbed futures "
                       f"({perturbed} hidden values changed)", runs, compared, perturbed)
