@@ -1,6 +1,7 @@
 """The isolated worker and its client: schema, fidelity, isolation layers, lifecycle."""
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -327,3 +328,90 @@ def test_numpy_scalars_arrive_as_plain_numbers():
         assert pol.priority(v, np.float64(8.0)) == 5001
     finally:
         pol.close()
+
+
+# --------------------------------------------------------------------------- each kernel layer
+# With the gate skipped and the audit tripwire off, a subclass walk reaches the worker's
+# own `os`; these probes show which layer stops what, one layer removed at a time.
+_OS = '''
+def _os():
+    for c in ().__class__.__base__.__subclasses__():
+        if c.__name__ == "_wrap_close":
+            return c.__init__.__globals__
+'''
+
+
+def probe(body: str, **kw) -> int:
+    src = _OS + "\n\nclass P(SchedulingPolicy):\n    def priority(self, pcb, now):\n        os = _os()\n" + \
+        textwrap.indent(textwrap.dedent(body), " " * 8)
+    pol = load_sandboxed_policy(src, "scheduling", gate=False, audit=False, **kw)
+    try:
+        pol.bind(sig())
+        return pol.priority(pview(), 8.0)
+    finally:
+        pol.close()
+
+
+needs_linux = pytest.mark.skipif(sys.platform != "linux", reason="Linux kernel layers")
+
+
+@needs_linux
+def test_seccomp_is_what_refuses_open():
+    body = '''
+    try:
+        os["close"](os["open"]("/proc/self/stat", os["O_RDONLY"]))
+        return 1
+    except Exception as e:
+        return 100 + e.errno
+    '''
+    assert probe(body) == 101             # EPERM from the seccomp filter
+    assert probe(body, seccomp=False) == 1
+
+
+@needs_linux
+def test_rlimits_refuse_processes_and_file_writes():
+    fork = '''
+    try:
+        pid = os["fork"]()
+        if pid == 0:
+            os["_exit"](0)
+        return 1
+    except Exception as e:
+        return 100 + e.errno
+    '''
+    assert probe(fork, seccomp=False) == 111  # EAGAIN: RLIMIT_NPROC=0 alone stops fork
+    assert probe(fork) == 101                 # EPERM: and seccomp before it
+    import shutil
+    import tempfile
+    from pathlib import Path
+    d = Path(tempfile.mkdtemp(dir="/tmp"))  # reachable by the worker's user (nobody)
+    d.chmod(0o777)
+    write = f'''
+    fd = os["open"]("{d}/f", os["O_WRONLY"] | os["O_CREAT"], 0o666)
+    os["write"](fd, b"data")
+    return 1
+    '''
+    try:
+        # RLIMIT_FSIZE=0 (Python ignores SIGXFSZ, so the write fails with EFBIG)
+        with pytest.raises(SandboxViolation, match="File too large"):
+            probe(write, seccomp=False)
+        assert all(p.stat().st_size == 0 for p in d.iterdir())
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@needs_linux
+def test_network_namespace_has_no_network():
+    """The worker's network namespace has no interface but a loopback that is down."""
+    body = '''
+    fd = os["open"]("/proc/self/net/dev", os["O_RDONLY"])
+    text = os["read"](fd, 65536).decode()
+    names = [line.split(":")[0].strip() for line in text.splitlines()[2:]]
+    return len([n for n in names if n != "lo"])
+    '''
+    pol = load_sandboxed_policy(LISTING_4, "scheduling")
+    netns = pol.sandbox_layers["netns"]
+    pol.close()
+    if netns != "on":
+        pytest.skip(f"network namespace not available here: {netns}")
+    assert probe(body, seccomp=False) == 0   # (seccomp off only so that the probe may open the file)
