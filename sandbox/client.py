@@ -185,8 +185,6 @@ class WorkerProcess:
             return f"exceeded its CPU budget of {self.cpu_budget_s:g} s while {what}"
         if rc == -signal.SIGXCPU:
             return f"exceeded its CPU budget of {self.cpu_budget_s:g} s while {what}"
-        if rc == -signal.SIGXFSZ:
-            return f"tried to write a file while {what}"
         if rc == -signal.SIGSYS:
             return f"made a forbidden system call while {what}"
         if rc is not None and rc < 0:

@@ -25,7 +25,7 @@ AXIS_BASES = {"retention": "RetentionPolicy", "scheduling": "SchedulingPolicy",
 FORBIDDEN_NAMES = frozenset({
     "getattr", "setattr", "delattr", "hasattr", "vars", "dir", "globals", "locals", "type",
     "eval", "exec", "compile", "open", "input", "breakpoint", "help", "memoryview", "id",
-    "exit", "quit", "format", "classmethod_descriptor", "copyright", "credits", "license",
+    "exit", "quit", "format", "copyright", "credits", "license",
 })
 # Non-dunder attributes that lead to frames, code objects or interpreter internals.
 FORBIDDEN_ATTRS = frozenset({
