@@ -13,6 +13,8 @@ policy first (`on_turn_complete`) and acts on its decision:
   offload                  treated as release (no host tier without a KV connector)
 A program is identified by the request's `session_id` (OpenAI body field or X-Session-ID
 header, vLLM >= 0.32), else `vllm_xargs.session_id`; requests without one are untouched.
+The engine must outlive a bad policy: a decision that raises or breaks the schema is
+logged and replaced by vLLM's own behaviour (release), and counted in `stats["errors"]`.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from . import METADATA, POLICY_FILE
-from .runtime import Signals, call, load_policy, parse_retention
+from .runtime import PolicyError, RetentionDecision, Signals, call, load_policy, parse_retention
 from .tracker import Call, KVState, ProgramTracker
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,7 @@ class RetentionMixin:
     """Mixed into vLLM's Scheduler / AsyncScheduler (same hooks in both)."""
 
     clock = staticmethod(time.monotonic)   # tests may replace it
+    IDLE_FORGET_S = 3600.0                 # forget programs idle this long (bounded memory)
 
     def _retention_init(self) -> None:
         self.retention = load_policy(POLICY_FILE, "retention")
@@ -57,7 +60,8 @@ class RetentionMixin:
         self.calls: dict[str, Call] = {}          # request id -> its tracked call
         self.first_sched: dict[str, float] = {}   # request id -> first scheduling time
         self.stats = {"protect": 0, "release": 0, "evict": 0, "offload": 0, "none": 0,
-                      "expired": 0, "pressure": 0}
+                      "expired": 0, "pressure": 0, "errors": 0}
+        self._swept = 0.0
 
     # ---------------------------------------------------------------- helpers
     @property
@@ -72,7 +76,12 @@ class RetentionMixin:
 
     def _decide(self, hook: str, *args: Any) -> Any:
         self.retention.bind(Signals(now=args[-1], kv_utilization=self.kv_cache_manager.usage))  # type: ignore[attr-defined]
-        d = parse_retention(call(getattr(self.retention, hook), *args))
+        try:
+            d = parse_retention(call(getattr(self.retention, hook), *args))
+        except PolicyError as e:
+            self.stats["errors"] += 1
+            log.warning("retention policy %s failed, using vLLM's default (release): %s", hook, e)
+            d = RetentionDecision("release")
         self.stats[d.kind] = self.stats.get(d.kind, 0) + 1
         return d
 
@@ -90,7 +99,10 @@ class RetentionMixin:
         if pid is not None and request.request_id not in self.requests:  # type: ignore[attr-defined]
             now = self.clock()
             known = pid in self.programs.programs
-            c = self.programs.begin_call(pid, request.num_prompt_tokens, now=now, kv=self._kv(pid, now))
+            try:
+                c = self.programs.begin_call(pid, request.num_prompt_tokens, now=now, kv=self._kv(pid, now))
+            except ValueError:   # the session already has a call in flight: leave this one alone
+                return super().add_request(request)  # type: ignore[misc]
             self.calls[request.request_id] = c
             if known:
                 d = self._decide("on_turn_arrival", self.programs.view(pid, now, self._kv(pid, now)), now)
@@ -114,11 +126,19 @@ class RetentionMixin:
         for pid in [p for p, pin in self.pins.items() if pin.until <= now]:
             self.stats["expired"] += 1
             self._unpin(pid)
+        if now - self._swept > 60.0:
+            self._forget_idle(now)
         self._relieve_pressure()
         out = super().schedule(*args, **kwargs)  # type: ignore[misc]
         for new in out.scheduled_new_reqs:
             self.first_sched.setdefault(new.req_id, now)
         return out
+
+    def _forget_idle(self, now: float) -> None:
+        self._swept = now
+        for pid, p in list(self.programs.programs.items()):
+            if p.release_s is None and pid not in self.pins and now - (p.gap_started_s or now) > self.IDLE_FORGET_S:
+                self.programs.finish(pid)
 
     def _relieve_pressure(self) -> None:
         """Release pins (lowest value first) while the head waiting request cannot fit."""

@@ -139,3 +139,21 @@ def test_evict_drops_the_prefix_without_churn(tmp_path):
         s.add_request(make_request("A1", PROMPT + [7] + list(range(3000, 3040)), session="A"))
         out, _ = step(s)
         assert prefix_hit(out, "A1") == want, decision
+
+
+def test_a_failing_policy_falls_back_to_release(tmp_path):
+    def boom(now):
+        raise RuntimeError("bug in the policy")
+
+    s, clock = _with_policy(tmp_path, boom)
+    s.add_request(make_request("A0", PROMPT, session="A"))
+    run_to_completion(s)             # the engine keeps running
+    assert s.stats["errors"] == 1 and not s.pins
+
+
+def test_overlapping_calls_of_one_session_are_served(tmp_path):
+    s, clock = _with_policy(tmp_path, lambda now: ("protect", now + 10.0))
+    s.add_request(make_request("A0", PROMPT, session="A"))
+    s.add_request(make_request("A0b", PROMPT[:64], session="A"))   # same session, still in flight
+    run_to_completion(s)
+    assert not s.has_requests()
