@@ -23,7 +23,7 @@ from simcore.workload import WorkloadError
 from .client import DEFAULT_CPU_BUDGET_S, DEFAULT_DECISION_TIMEOUT_S, load_sandboxed_policy
 from .errors import SandboxViolation
 from .gate import check_source
-from .leakage import check_leakage
+from .leakage import check_leakage, exercising_cell
 from .markers import check_markers
 
 AXES = ("retention", "scheduling", "routing")
@@ -52,11 +52,7 @@ class Verdict:
         return asdict(self)
 
 
-def smoke_cell(cell: Cell, axis: str) -> Cell:
-    """The routing axis is only exercised with more than one instance."""
-    if axis == "routing" and cell.instances < 2:
-        return cell.model_copy(update={"instances": 2, "name": f"{cell.name}-x2"})
-    return cell
+smoke_cell = exercising_cell  # the routing axis is only exercised with two instances or more
 
 
 def check_policy(source: str | None, axis: str, *, label: str, seed_source: str | None = None,

@@ -38,6 +38,13 @@ class LeakReport:
     perturbed_values: int
 
 
+def exercising_cell(cell: Cell, axis: str) -> Cell:
+    """A cell on which the axis is consulted: routing only decides with two instances or more."""
+    if axis == "routing" and cell.instances < 2:
+        return cell.model_copy(update={"instances": 2, "name": f"{cell.name}-x2"})
+    return cell
+
+
 def _reveal_times(res: Any) -> tuple[dict[tuple[str, int], float], dict[tuple[str, int], float]]:
     """(program_id, turn) -> release time and -> completion time, from a SimResult."""
     c = res.calls
@@ -140,7 +147,7 @@ def check_leakage(factory: PolicyFactory, axis: str, cell: Cell | str, programs:
     """
     if simulate_fn is None:
         from simcore.sim import simulate as simulate_fn
-    cell = get_cell(cell) if isinstance(cell, str) else cell
+    cell = exercising_cell(get_cell(cell) if isinstance(cell, str) else cell, axis)
     seed = cell.seed if seed is None else seed
     arrivals = poisson_arrivals(len(programs), cell.rate_jps, seed)
 

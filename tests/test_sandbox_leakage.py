@@ -151,3 +151,12 @@ def test_nondeterminism_is_not_mistaken_for_a_leak():
             return hash(min(self.seen, key=hash)) % 1000
     rep = check_leakage(lambda _p: Coin(), "scheduling", CELL, PROGRAMS)
     assert not rep.ok and rep.reason.startswith("nondeterministic decisions")
+
+
+def test_routing_is_checked_on_two_instances_even_on_a_one_instance_cell():
+    class LeakyRoute(RoutingPolicy):
+        def select(self, pcb, inflight, now):
+            return pcb.remaining_output_tokens % len(inflight)
+    assert CELL.instances == 1
+    rep = check_leakage(lambda _p: LeakyRoute(), "routing", CELL, PROGRAMS, view_hook=leaky_hook)
+    assert not rep.ok and "select" in rep.reason
