@@ -28,11 +28,12 @@ def main() -> int:
     ap.add_argument("--axis", default="scheduling")
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--run-dir", default=None, help="keep the run here (default: a temporary directory)")
+    ap.add_argument("--config", default=None, help="extra search settings YAML (e.g. more workload seeds)")
     a = ap.parse_args()
     run_dir = Path(a.run_dir) if a.run_dir else Path(tempfile.mkdtemp(prefix="bench_search_")) / "run"
     cmd = [sys.executable, "-m", "search", "--axis", a.axis, "--cell", a.cell, "--llm", "offline",
            "--iterations", str(a.iterations), "--workers", str(a.workers), "--seed", str(a.seed),
-           "--run-dir", str(run_dir)]
+           "--run-dir", str(run_dir)] + (["--config", a.config] if a.config else [])
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

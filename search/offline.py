@@ -6,7 +6,8 @@ the current program, drawn from a small grammar of policy edits:
   - add a term built from observable PCB fields and signals (sqrt/log of attained service,
     context length, KV residency, turns, age, KV utilisation, observed tool gaps);
   - remove a term; transform attained service (linear <-> sqrt <-> log1p);
-  - scale a numeric constant or flip its sign.
+  - swap a decision line for an alternative form (routing keys and fallbacks, retention values);
+  - scale a numeric constant.
 Choices come from a `random.Random` seeded by the run seed, the iteration and the parent's
 source, so a run (and a resumed run) proposes exactly the same edits. It implements
 OpenEvolve's `LLMInterface`, so it can also be plugged in through `init_client`.
@@ -50,6 +51,28 @@ _RET_TERMS = [
      "tau = max(tau, {k} * max(pcb.returned_tool_durations)) if pcb.returned_tool_durations else tau",
      (0.5, 1.0, 1.5)),
     ("protect long-running programs longer", "tau *= 1.0 + pcb.turns_completed * {k}", (0.01, 0.05, 0.1)),
+]
+# Whole-line alternatives: (regex of a line in the block, replacement lines with {k}).
+_ALTERNATIVES = [
+    (r"^\s*key = \(.*\)\s*$", [
+        "key = (inst.running + inst.waiting, inst.kv_utilization, inst.index)",
+        "key = (inst.kv_utilization, inst.running + inst.waiting, inst.index)",
+        "key = (inst.running + {k} * inst.waiting + 10.0 * inst.kv_utilization, inst.index)",
+        "key = (inst.running + inst.waiting - ({k} if inst.holds_program_kv else 0.0), inst.kv_utilization, inst.index)",
+        "key = (inst.waiting, -inst.free_tokens, inst.index)",
+    ], (0.5, 2.0, 4.0)),
+    (r"^\s*if overloaded.*:\s*$", [
+        "if overloaded or home.kv_utilization > self.MAX_KV_UTILIZATION:",
+        "if overloaded:",
+        "if overloaded or (home.kv_utilization > self.MAX_KV_UTILIZATION and not home.holds_program_kv):",
+        "if overloaded or home.free_tokens < pcb.context_tokens * {k}:",
+    ], (0.5, 1.0, 2.0)),
+    (r"^\s*return \(\"protect\", now \+ tau.*\)\s*$", [
+        'return ("protect", now + tau)',
+        'return ("protect", now + tau, float(pcb.context_tokens))',
+        'return ("protect", now + tau, float(pcb.kv_resident_tokens) / (1.0 + pcb.turns_completed))',
+        'return ("protect", now + tau, {k} * pcb.attained_service_s)',
+    ], (1.0, 10.0)),
 ]
 _SERVICE_FORMS = ["pcb.attained_service_s", "math.sqrt(max(0.0, pcb.attained_service_s))",
                   "math.log1p(max(0.0, pcb.attained_service_s))"]
@@ -116,7 +139,7 @@ class OfflineMutator(LLMInterface):
 
     def _one_edit(self, lines: list[str], a: int, b: int, rng: random.Random, used: set[str]):
         ops = [self._accumulate, self._add_term, self._add_term, self._remove_term,
-               self._transform_service, self._constant, self._constant]
+               self._transform_service, self._alternative, self._constant, self._constant]
         rng.shuffle(ops)
         for op in ops:
             e = op(lines, a, b, rng)
@@ -134,7 +157,7 @@ class OfflineMutator(LLMInterface):
         change nothing, and an evaluation spent on a no-op is wasted)."""
         forms = [(r"^\s*return int\(round\((.+)\)\)\s*$", "score", "return int(round(score))", _SCHED_TERMS,
                   "Turn the priority into a score of several terms"),
-                 (r"^\s*return \(\"protect\", now \+ (.+)\)\s*$", "tau", 'return ("protect", now + tau)', _RET_TERMS,
+                 (r"^\s*return \(\"protect\", now \+ ([^,]+)\)\s*$", "tau", 'return ("protect", now + tau)', _RET_TERMS,
                   "Make the protection window tau adaptive")]
         for pattern, var, ret, terms, why in forms:
             for i in self._find(lines, a, b, pattern):
@@ -171,6 +194,16 @@ class OfflineMutator(LLMInterface):
             return None
         i = rng.choice(idx)
         return ("Drop a term that may not pay for itself.", ([lines[i - 1], lines[i]], [lines[i - 1]]))
+
+    def _alternative(self, lines, a, b, rng):
+        spots = [(i, alts, ks) for pattern, alts, ks in _ALTERNATIVES for i in self._find(lines, a, b, pattern)]
+        if not spots:
+            return None
+        i, alts, ks = rng.choice(spots)
+        ind = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+        options = [ind + alt.format(k=_fmt(rng.choice(ks))) for alt in alts]
+        options = [o for o in options if o.strip() != lines[i].strip()]
+        return ("Try a different form of this decision.", ([lines[i]], [rng.choice(options)]))
 
     def _transform_service(self, lines, a, b, rng):
         cands = []
