@@ -389,7 +389,9 @@ _TRIPWIRE_PREFIXES = ("open", "os.", "subprocess.", "socket.", "ctypes.", "sys._
                       "tempfile.", "socket", "sys.unraisablehook", "sys.excepthook")
 
 
-_LOAD_OK = ("compile", "exec")
+# compile/exec: the candidate itself, dataclass and namedtuple code generation; _getframe:
+# namedtuple and enum read their caller's module name
+_LOAD_OK = ("compile", "exec", "sys._getframe")
 
 
 def _send(obj):

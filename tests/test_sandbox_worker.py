@@ -415,3 +415,72 @@ def test_network_namespace_has_no_network():
     if netns != "on":
         pytest.skip(f"network namespace not available here: {netns}")
     assert probe(body, seccomp=False) == 0   # (seccomp off only so that the probe may open the file)
+
+
+def test_allowed_modules_work_inside_hooks():
+    """The tripwire must not fire on ordinary use of the allow-listed modules."""
+    src = textwrap.dedent('''
+    import bisect
+    import enum
+    import functools
+    import heapq
+    import itertools
+    import statistics
+    from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
+    from dataclasses import dataclass, field
+
+    Pair = namedtuple("Pair", "a b")
+
+
+    class Kind(enum.Enum):
+        SHORT = 1
+        LONG = 2
+
+
+    @dataclass(order=True)
+    class Item:
+        key: float
+        tags: list = field(default_factory=list)
+
+
+    @functools.lru_cache(maxsize=64)
+    def slow_square(x):
+        return x * x
+
+
+    class P(SchedulingPolicy):
+        def __init__(self):
+            self.gaps = defaultdict(list)
+            self.recent = deque(maxlen=4)
+
+        def priority(self, pcb, now):
+            xs = list(pcb.returned_tool_durations) + [1.0, 2.0, 3.0]
+            q = statistics.quantiles(xs, n=4)
+            h = []
+            for x in xs:
+                heapq.heappush(h, Item(x))
+            c = Counter(pcb.returned_tool_names)
+            od = OrderedDict(sorted(c.items()))
+            i = bisect.bisect_left(sorted(xs), statistics.median(xs))
+            k = Kind.LONG if pcb.context_tokens > 4000 else Kind.SHORT
+            acc = functools.reduce(lambda a, b: a + b, itertools.islice(itertools.count(), 5))
+            self.recent.append(Pair(now, k.value))
+            return int(q[0] * 10 + h[0].key + len(od) + i + k.value + acc + slow_square(3)
+                       + statistics.fmean(xs) + statistics.pstdev(xs) + math.log1p(len(self.recent)))
+    ''')
+    pol = load_sandboxed_policy(src, "scheduling")
+    try:
+        pol.bind(sig())
+        got = [pol.priority(pview(k=k), 8.0) for k in (1, 2, 3)]
+    finally:
+        pol.close()
+    # reference: the same source in-process (dont_inherit: this test module's
+    # `from __future__ import annotations` must not turn the dataclass annotations into strings)
+    import math
+    import types
+    mod = types.ModuleType("reference_policy")
+    mod.__dict__.update(SchedulingPolicy=B.SchedulingPolicy, math=math)
+    exec(compile(src, "<reference>", "exec", dont_inherit=True), mod.__dict__)  # noqa: S102 - test source
+    ref = mod.P()
+    ref.bind(sig())
+    assert got == [ref.priority(pview(k=k), 8.0) for k in (1, 2, 3)]
