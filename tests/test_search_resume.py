@@ -18,7 +18,7 @@ import yaml
 from search.rundir import RunDir
 from tests.fakes import FAKESIM
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
 
 CONFIG = {"iterations": 12, "islands": 2, "population": 12, "archive_size": 6, "workers": 2, "seed": 7,
