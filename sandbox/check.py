@@ -108,6 +108,9 @@ def check_policy(source: str | None, axis: str, *, label: str, seed_source: str 
         v.layers = dict(getattr(pol, "sandbox_layers", {}) or {})
         try:
             res = simulate(c, programs=programs, decision_log=log, **{axis: pol})
+            flush = getattr(pol, "flush", None)
+            if callable(flush):
+                flush()  # a pipelined answer must not go unread
         finally:
             close = getattr(pol, "close", None)
             if callable(close):

@@ -10,6 +10,7 @@ or budget overrun, an exception in the candidate, a malformed answer -- raises
 from __future__ import annotations
 
 import atexit
+import collections
 import json
 import marshal
 import math
@@ -40,6 +41,7 @@ DEFAULT_DECISION_TIMEOUT_S = 1.0
 DEFAULT_CPU_BUDGET_S = 60.0
 DEFAULT_MEMORY_MB = 1024
 LOAD_TIMEOUT_S = 15.0
+MAX_PIPELINED = 256   # queued calls with a known answer before they are sent anyway
 MAX_REPLY_BYTES = _w.MAX_REPLY_BYTES + 64
 
 _scalar_row = operator.attrgetter(*_w.VIEW_FIELDS[:_w.N_SCALAR])
@@ -98,6 +100,13 @@ def _plain_row(row: Any) -> list:
     return [_plain(x) for x in row]
 
 
+def _norm(v: Any) -> Any:
+    """JSON brings tuples back as lists."""
+    if isinstance(v, (list, tuple)):
+        return tuple(_norm(x) for x in v)
+    return v
+
+
 def _frame(obj: Any) -> bytes:
     """Parent -> worker framing (see sandbox/worker.py): length + marshal of plain data."""
     body = _mdumps(obj)
@@ -140,6 +149,8 @@ class WorkerProcess:
         self._last_sig: Any = None
         self._hist: dict[Any, list[tuple]] = {}
         self._cpu = -1
+        self._pending: collections.deque[tuple[str, Any]] = collections.deque()
+        self._outbox: list[bytes] = []
         self._cwd = tempfile.mkdtemp(prefix="agentservesim-sandbox-")
         os.chmod(self._cwd, 0o555)  # empty and read-only: nothing to read, nowhere to write
         cfg = {"ppid": os.getpid(), "cpu_s": max(1, math.ceil(cpu_budget_s)),
@@ -192,9 +203,51 @@ class WorkerProcess:
         return f"worker exited unexpectedly (code {rc}) while {what}"
 
     def _roundtrip(self, msg: bytes, timeout_s: float, what: str) -> Any:
+        """Send one request and wait for its answer (after any pipelined ones)."""
         if self.dead is not None:
             raise SandboxViolation(f"policy worker is stopped: {self.dead}")
-        deadline = time.monotonic() + timeout_s
+        pending = self._pending
+        deadline = time.monotonic() + timeout_s * (1 + len(pending))
+        if self._outbox:  # pipelined calls travel with this one: one wakeup for all
+            self._outbox.append(msg)
+            msg = b"".join(self._outbox)
+            self._outbox.clear()
+        self._send(msg, deadline, timeout_s, what)
+        while pending:  # the worker answers in order: pipelined calls first
+            hook, expected = pending.popleft()
+            got = self._recv(deadline, timeout_s, f"{_w._HOOK_NAMES[hook]} (pipelined)")
+            if _norm(got) != _norm(expected):
+                self._fail(f"{_w._HOOK_NAMES[hook]} returned {got!r}, but its code can only return {expected!r}")
+        return self._recv(deadline, timeout_s, what)
+
+    def flush(self) -> None:
+        """Read and check every pipelined answer."""
+        pending = self._pending
+        if not pending or self.dead is not None:
+            return
+        deadline = time.monotonic() + self.decision_timeout_s * len(pending)
+        if self._outbox:
+            msg = b"".join(self._outbox)
+            self._outbox.clear()
+            self._send(msg, deadline, self.decision_timeout_s, "pipelined calls")
+        while pending:
+            hook, expected = pending.popleft()
+            got = self._recv(deadline, self.decision_timeout_s, f"{_w._HOOK_NAMES[hook]} (pipelined)")
+            if _norm(got) != _norm(expected):
+                self._fail(f"{_w._HOOK_NAMES[hook]} returned {got!r}, but its code can only return {expected!r}")
+
+    def post(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any, expected: Any) -> None:
+        """Queue a call whose answer is known (`expected`) without waiting for it: it is sent
+        with the next waited-for call (or by flush()), and its answer is read and checked
+        before that call's (see sandbox.gate.hook_answers)."""
+        if self.dead is not None:
+            raise SandboxViolation(f"policy worker is stopped: {self.dead}")
+        self._outbox.append(self._message(hook, now, pcb, extra, signals))
+        self._pending.append((hook, expected))
+        if len(self._pending) >= MAX_PIPELINED:
+            self.flush()
+
+    def _send(self, msg: bytes, deadline: float, timeout_s: float, what: str) -> None:
         view = memoryview(msg)
         while view:
             try:
@@ -208,6 +261,8 @@ class WorkerProcess:
             left = deadline - time.monotonic()
             if left <= 0 or not self._poll_out.poll(left * 1000.0):
                 self._fail(f"decision deadline of {timeout_s:g} s exceeded while {what}")
+
+    def _recv(self, deadline: float, timeout_s: float, what: str) -> Any:
         buf = self._buf
         while True:
             i = buf.find(b"\n")
@@ -261,6 +316,10 @@ class WorkerProcess:
 
     def call(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any) -> Any:
         """One hook call; returns the raw JSON-decoded value (validated by the caller)."""
+        msg = self._message(hook, now, pcb, extra, signals)
+        return self._roundtrip(msg, self.decision_timeout_s, _w._HOOK_NAMES[hook])
+
+    def _message(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any) -> bytes:
         sig = None
         if signals is not None and signals is not self._last_sig:
             sig = [_plain(signals.now), _plain(signals.kv_utilization),
@@ -281,8 +340,7 @@ class WorkerProcess:
                     os.sched_setaffinity(self.proc.pid, (cpu,))
                 except OSError:
                     pass
-        msg = _frame([hook, _plain(now), self._encode_view(pcb), extra, sig])
-        return self._roundtrip(msg, self.decision_timeout_s, _w._HOOK_NAMES[hook])
+        return _frame([hook, _plain(now), self._encode_view(pcb), extra, sig])
 
     # ----------------------------------------------------------------- lifecycle
     @staticmethod
@@ -339,9 +397,14 @@ class _Proxy:
     """
     _worker: WorkerProcess
     _const: dict[str, Any] = {}
+    _post: dict[str, Any] = {}
 
     def close(self) -> None:
         self._worker.close()
+
+    def flush(self) -> None:
+        """Collect the answers of pipelined calls now; raises SandboxViolation on a failure."""
+        self._worker.flush()
 
     @property
     def sandbox_layers(self) -> dict[str, str]:
@@ -361,7 +424,11 @@ class SandboxedRetention(_Proxy, RetentionPolicy):
     def on_turn_arrival(self, pcb: Any, now: float) -> Any:
         raw = self._const.get("on_turn_arrival", _NO)
         if raw is _NO:
-            raw = self._worker.call("a", now, pcb, None, self._sig())
+            raw = self._post.get("on_turn_arrival", _NO)
+            if raw is not _NO:
+                self._worker.post("a", now, pcb, None, self._sig(), raw)
+            else:
+                raw = self._worker.call("a", now, pcb, None, self._sig())
         return _retention(raw, self._worker, "on_turn_arrival")
 
 
@@ -423,8 +490,10 @@ def load_sandboxed_policy(source: str, axis: str, *, decision_timeout_s: float =
     killed when garbage-collected, at interpreter exit, and when this process dies.
     """
     const: dict[str, Any] = {}
+    always: dict[str, Any] = {}
     if gate:
-        const = check_source(source, axis).constant_hooks
+        g = check_source(source, axis)
+        const, always = g.constant_hooks, g.always_hooks
     w = WorkerProcess(source, axis, decision_timeout_s=decision_timeout_s, cpu_budget_s=cpu_budget_s,
                       memory_mb=memory_mb, load_timeout_s=load_timeout_s, seccomp=seccomp, audit=audit)
     try:
@@ -438,4 +507,10 @@ def load_sandboxed_policy(source: str, axis: str, *, decision_timeout_s: float =
     policy = proxy_cls()
     policy._worker = w
     policy._const = dict(const) if constant_hooks else {}
+    # Pipelining is safe for on_turn_arrival only while on_turn_complete still waits for
+    # its answer: every arrival of a program is followed by that call's completion, which
+    # collects the pipelined answers, so no failure can go unread at the end of a run.
+    if constant_hooks and axis == "retention" and "on_turn_complete" not in const \
+            and "on_turn_arrival" in always and "on_turn_arrival" not in const:
+        policy._post = {"on_turn_arrival": always["on_turn_arrival"]}
     return policy

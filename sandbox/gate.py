@@ -65,6 +65,8 @@ class GateResult:
     axis: str
     # hooks whose answer is known without running code: {hook: raw decision}
     constant_hooks: dict = field(default_factory=dict)
+    # hooks that always return the same literal after doing other work (see hook_answers)
+    always_hooks: dict = field(default_factory=dict)
 
 
 def _public_api_names() -> dict[str, frozenset[str]]:
@@ -206,14 +208,40 @@ HOOKS = {"retention": ("on_turn_complete", "on_turn_arrival"), "scheduling": ("p
 BASE_DEFAULTS = {"on_turn_complete": "release", "on_turn_arrival": None, "priority": 0, "select": 0}
 
 
-def constant_hooks(tree: ast.Module, class_name: str, axis: str) -> dict:
-    """Hooks that provably return a constant with no side effect, so the client can answer
-    them without a round trip to the worker (most seeds' on_turn_arrival is `return "release"`).
+def _own_nodes(fn: ast.FunctionDef):
+    """Nodes of a function body, not descending into nested functions, lambdas or classes."""
+    stack = list(fn.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                stack.append(child)
 
-    Proof obligations: the method is the class's own, undecorated, and its body is one
-    `return <literal>`; or it is not defined at all and the class has no other base, so the
-    base default applies. Nothing in the file may rebind the hook or `bind` (an assignment to
-    a name or attribute of that name), which is the only way the gate leaves to swap it.
+
+def _literal(node: ast.AST | None) -> tuple[bool, object]:
+    if node is None:
+        return False, None
+    try:
+        return True, ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, None
+
+
+def hook_answers(tree: ast.Module, class_name: str, axis: str) -> tuple[dict, dict]:
+    """(constant, always): hooks whose answer is known without waiting for the worker.
+
+    constant: the hook provably returns a literal with no side effect (its body is one
+      `return <literal>`, or it is inherited unchanged from the base class), so the client
+      answers it without a round trip (most seeds' on_turn_arrival is `return "release"`).
+    always: every `return` of the hook returns the same literal and its last statement is
+      such a return, but it may do other work first (Listing 2's on_turn_arrival updates an
+      average, then returns "release"): the client may send it without waiting, because
+      its answer cannot be anything else; the worker still runs it, in order, and any
+      error or other answer fails the candidate at the next call.
+    Proof obligations for both: the method is the class's own (or the base's), undecorated,
+    not a generator; nothing in the file may rebind the hook or `bind` (an assignment to a
+    name or attribute of that name), the only way the gate leaves to swap a method.
     """
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
     rebound: set[str] = set()
@@ -231,28 +259,36 @@ def constant_hooks(tree: ast.Module, class_name: str, axis: str) -> dict:
         elif isinstance(node, ast.arg):
             rebound.add(node.arg)
     own = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+    constant: dict = {}
+    always: dict = {}
     if "bind" in own or "bind" in rebound:
-        return {}
-    out: dict = {}
+        return constant, always
     for hook in HOOKS[axis]:
         if hook in rebound:
             continue
         fn = own.get(hook)
         if fn is None:
             if len(cls.bases) == 1:  # inherited straight from the base class
-                out[hook] = BASE_DEFAULTS[hook]
+                constant[hook] = always[hook] = BASE_DEFAULTS[hook]
+            continue
+        if fn.decorator_list:
             continue
         body = list(fn.body)
         if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
                 and isinstance(body[0].value.value, str):
             body = body[1:]  # docstring
-        if fn.decorator_list or len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+        if not body or not isinstance(body[-1], ast.Return):
             continue
-        try:
-            out[hook] = ast.literal_eval(body[0].value)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        nodes = list(_own_nodes(fn))
+        if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in nodes):
             continue
-    return out
+        values = [_literal(n.value) for n in nodes if isinstance(n, ast.Return)]
+        if not all(ok for ok, _ in values) or len({repr(v) for _, v in values}) != 1:
+            continue
+        always[hook] = values[0][1]
+        if len(body) == 1:
+            constant[hook] = values[0][1]
+    return constant, always
 
 
 def check_source(source: str, axis: str) -> GateResult:
@@ -288,9 +324,9 @@ def check_source(source: str, axis: str) -> GateResult:
         for node in nodes:
             _check_node(node, module_aliases)
         name = _policy_class(tree, axis)
-        constants = constant_hooks(tree, name, axis)
+        constants, always = hook_answers(tree, name, axis)
     except _Reject as e:
         raise SandboxViolation(f"rejected by the static gate: {e}") from None
     except RecursionError:
         raise SandboxViolation("rejected by the static gate: policy source is nested too deeply") from None
-    return GateResult(name, axis, constants)
+    return GateResult(name, axis, constants, always)

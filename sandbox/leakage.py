@@ -160,6 +160,9 @@ def check_leakage(factory: PolicyFactory, axis: str, cell: Cell | str, programs:
                 kw["view_hook"] = view_hook
             res = simulate_fn(cell, programs=list(progs), seed=seed, decision_log=log,
                               arrivals=arrivals, **kw)
+            flush = getattr(policy, "flush", None)
+            if callable(flush):
+                flush()  # sandboxed policies: a pipelined answer must not go unread
         finally:
             close = getattr(policy, "close", None)
             if callable(close):

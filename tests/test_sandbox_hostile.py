@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,9 @@ from sandbox.gate import check_source
 from simcore.pcb import InstanceView, ProgramView, Signals
 
 CORPUS = sorted((Path(__file__).parent / "hostile").glob("*.py"))
-CANARY = Path("/tmp/agentservesim-canary")
+# The corpus writes to this path; each test run substitutes its own directory, so that
+# concurrent test runs on one machine cannot see each other's canaries.
+CANARY_IN_CORPUS = "/tmp/agentservesim-canary"
 
 
 def header(path: Path) -> dict[str, str]:
@@ -60,7 +63,7 @@ def drive(policy, axis: str, calls: int) -> list:
     return out
 
 
-def run_ungated(path: Path, audit: bool) -> tuple[str, str]:
+def run_ungated(path: Path, audit: bool, canary: Path) -> tuple[str, str]:
     h = header(path)
     limits = dict(kv.split("=") for kv in h.get("limits", "").split())
     calls = int(limits.pop("calls", 3))
@@ -68,7 +71,8 @@ def run_ungated(path: Path, audit: bool) -> tuple[str, str]:
     kw.update({k: float(v) for k, v in limits.items()})
     policy = None
     try:
-        policy = load_sandboxed_policy(path.read_text(encoding="utf-8"), h["axis"], gate=False, audit=audit, **kw)
+        src = path.read_text(encoding="utf-8").replace(CANARY_IN_CORPUS, str(canary))
+        policy = load_sandboxed_policy(src, h["axis"], gate=False, audit=audit, **kw)
         values = drive(policy, h["axis"], calls)
         return "ok", repr(values)[:200]
     except SandboxViolation as e:
@@ -96,12 +100,11 @@ def _group_alive(pgid: int) -> bool:
 
 @pytest.fixture()
 def canary():
-    shutil.rmtree(CANARY, ignore_errors=True)
-    CANARY.mkdir(parents=True)
-    os.chmod(CANARY, 0o1777)  # writable by the worker's user, so only the sandbox stops a write
-    yield CANARY
-    left = sorted(p.name for p in CANARY.iterdir())
-    shutil.rmtree(CANARY, ignore_errors=True)
+    d = Path(tempfile.mkdtemp(prefix="agentservesim-canary-", dir="/tmp"))
+    os.chmod(d, 0o1777)  # writable by the worker's user, so only the sandbox stops a write
+    yield d
+    left = sorted(p.name for p in d.iterdir())
+    shutil.rmtree(d, ignore_errors=True)
     assert not left, f"a hostile candidate wrote {left}"
 
 
@@ -130,7 +133,7 @@ def test_gate_verdict(path: Path):
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.stem)
 def test_worker_contains_without_gate(path: Path, canary):
     h = header(path)
-    outcome, detail = run_ungated(path, audit=True)
+    outcome, detail = run_ungated(path, audit=True, canary=canary)
     want, _, expect = h["worker"].partition(" ")
     assert "\n" not in detail
     if want != "any":
@@ -143,7 +146,7 @@ def test_worker_contains_without_gate(path: Path, canary):
 def test_kernel_layers_contain_without_tripwire(path: Path, canary):
     """Without the audit hook, seccomp/rlimits/namespaces alone still stop the escape."""
     h = header(path)
-    outcome, detail = run_ungated(path, audit=False)
+    outcome, detail = run_ungated(path, audit=False, canary=canary)
     # side effects (files, processes) are checked by the fixtures; here the verdict:
     # failures the tripwire does not cause must still fail, and so must escapes marked so
     w = h["worker"]

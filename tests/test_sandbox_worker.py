@@ -484,3 +484,75 @@ def test_allowed_modules_work_inside_hooks():
     ref = mod.P()
     ref.bind(sig())
     assert got == [ref.priority(pview(k=k), 8.0) for k in (1, 2, 3)]
+
+
+# --------------------------------------------------------------------------- pipelining
+def test_pipelined_arrivals_keep_decisions_and_catch_failures():
+    from simcore.sim import simulate
+    pol = load_sandboxed_policy(LISTING_2, "retention")
+    try:
+        assert pol._post == {"on_turn_arrival": "release"}
+        log: list = []
+        simulate("rtx70b_swe10_0.1", decision_log=log, retention=pol)
+        pol.flush()
+        assert not pol._worker._pending
+        assert pol._worker.calls == sum(1 for e in log if e[1] == "retention")  # all ran in the worker
+    finally:
+        pol.close()
+    # an error inside a pipelined hook surfaces at the next call, with its own reason
+    src = textwrap.dedent('''
+    class P(RetentionPolicy):
+        def __init__(self):
+            self.n = 0
+
+        def on_turn_complete(self, pcb, request_id, now):
+            return ("protect", now + 1.0)
+
+        def on_turn_arrival(self, pcb, now):
+            self.n += 1
+            if self.n == 2:
+                raise ValueError("second arrival")
+            return "release"
+    ''')
+    pol = load_sandboxed_policy(src, "retention")
+    try:
+        pol.bind(sig())
+        assert pol.on_turn_arrival(pview(), 1.0) == "release"
+        assert pol.on_turn_arrival(pview(), 2.0) == "release"   # answered before it ran
+        with pytest.raises(SandboxViolation, match="on_turn_arrival raised ValueError: second arrival"):
+            pol.on_turn_complete(pview(), "r", 3.0)
+    finally:
+        pol.close()
+    # a worker answering something else than its code can return is caught too
+    pol = load_sandboxed_policy(LISTING_2, "retention")
+    try:
+        pol._post = {"on_turn_arrival": "evict"}
+        pol.bind(sig())
+        pol.on_turn_arrival(pview(), 1.0)
+        with pytest.raises(SandboxViolation, match="can only return 'evict'"):
+            pol.flush()
+    finally:
+        pol.close()
+
+
+def test_pipelined_hook_still_has_a_deadline():
+    src = textwrap.dedent('''
+    class P(RetentionPolicy):
+        def on_turn_complete(self, pcb, request_id, now):
+            return "release" if now > 0 else "evict"
+
+        def on_turn_arrival(self, pcb, now):
+            while now > 0:
+                now += 1
+            return "release"
+    ''')
+    pol = load_sandboxed_policy(src, "retention", decision_timeout_s=0.3)
+    try:
+        pol.bind(sig())
+        pol.on_turn_arrival(pview(), 1.0)
+        t = time.monotonic()
+        with pytest.raises(SandboxViolation, match="deadline"):
+            pol.on_turn_complete(pview(), "r", 2.0)
+        assert time.monotonic() - t < 3.0
+    finally:
+        pol.close()
