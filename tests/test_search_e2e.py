@@ -38,9 +38,33 @@ def _results(run):
     return {r["candidate_id"]: r for r in run.candidates()}
 
 
+def _search_subprocess(tmp_path, iterations, seed):
+    """The CLI in a child with a fixed hash seed: OpenEvolve iterates sets of ids, so only a
+    fixed PYTHONHASHSEED makes the sampled parents (and so the outcome) reproducible."""
+    import os
+    import subprocess
+    import sys
+
+    import ray
+    import yaml
+    from search.rundir import RunDir
+
+    ensure_ray()
+    cfg = tmp_path / "search.yaml"
+    cfg.write_text(yaml.safe_dump({**TINY, "iterations": iterations}))
+    env = {**os.environ, "PYTHONHASHSEED": "0", "RAY_AUTH_MODE": "disabled"}
+    out = subprocess.run([sys.executable, "-m", "search", "--axis", "scheduling", "--cell", "rtx70b_swe_0.1",
+                          "--config", str(cfg), "--seed", str(seed), "--llm", "offline",
+                          "--run-dir", str(tmp_path / "run"),
+                          "--ray-address", ray.get_runtime_context().gcs_address],
+                         capture_output=True, text=True, env=env, timeout=280)
+    (tmp_path / "out.txt").write_text(out.stdout + out.stderr)
+    return out.returncode, RunDir(tmp_path / "run")
+
+
 def test_offline_search_writes_the_run_layout_and_finds_a_better_policy(tmp_path):
-    code, run = _search(tmp_path, 10, seed=42)
-    assert code == 0
+    code, run = _search_subprocess(tmp_path, 10, seed=42)
+    assert code == 0, (tmp_path / "out.txt").read_text()[-2000:]
     meta = json.loads(run.run_json.read_text())
     assert meta["status"] == "finished" and meta["iterations_done"] == 10 == meta["iterations_planned"]
     for k in ("run_id", "axis", "cell", "seed_file", "config", "llm", "started_at", "finished_at", "best_candidate"):
