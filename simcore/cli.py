@@ -168,6 +168,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evolve", description="AgentServeSim: simulate agent serving policies "
                                 "and evolve better ones. Run `evolve --axis A --cell C` to search.")
+    try:  # shown in `evolve --help`; the bare form itself is parsed by search.cli.main
+        importlib.import_module("search.cli").register_main(p)
+    except ImportError:
+        pass
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     c = sub.add_parser("cells", help="list cells")
     c.add_argument("--json", action="store_true")
