@@ -87,11 +87,29 @@ def public_api(module):
 
 
 class _View(tuple):
-    """Base of the rebuilt views: an immutable tuple with named, read-only fields."""
+    """Base of the rebuilt views: an immutable tuple with named, read-only fields.
+
+    It behaves like simcore's frozen dataclasses, not like a tuple: a policy that indexes,
+    iterates or measures a view would work here and fail in-process (or in vLLM), so those
+    are refused. Field access goes through tuple.__getitem__ directly.
+    """
     __slots__ = ()
 
     def __setattr__(self, name, value):
         raise AttributeError("observations are read-only")
+
+    def __getitem__(self, i):
+        raise TypeError("'%s' object is not subscriptable" % type(self).__name__)
+
+    def __iter__(self):
+        raise TypeError("'%s' object is not iterable" % type(self).__name__)
+
+    def __len__(self):
+        raise TypeError("object of type '%s' has no len()" % type(self).__name__)
+
+    def __repr__(self):
+        return "%s(%s)" % (type(self).__name__, ", ".join(
+            "%s=%r" % (f, tuple.__getitem__(self, i)) for i, f in enumerate(self._fields)))
 
 
 def _make_view_class(name, fields, extra=None):

@@ -556,3 +556,20 @@ def test_pipelined_hook_still_has_a_deadline():
         assert time.monotonic() - t < 3.0
     finally:
         pol.close()
+
+
+def test_views_behave_like_the_in_process_dataclasses():
+    """A view must not offer what simcore's ProgramView lacks (indexing, iteration, len)."""
+    W._HISTORY.clear()
+    wp = WorkerProcess.__new__(WorkerProcess)
+    wp._hist = {}
+    v = pview()
+    got = W.make_view(wp._encode_view(v))
+    for op in (lambda x: x[0], lambda x: list(x), lambda x: len(x)):
+        with pytest.raises(TypeError):
+            op(v)
+        with pytest.raises(TypeError):
+            op(got)
+    assert repr(got) == repr(v)
+    inst = W.make_instances([[0, 2, 1, 0.5, 1000, True]])[0]
+    assert repr(inst) == repr(InstanceView(0, 2, 1, 0.5, 1000, True))
