@@ -146,3 +146,10 @@ def test_policy_that_raises_fails_the_run_with_one_line():
             raise ZeroDivisionError("x")
     with pytest.raises(PolicyError, match="Boom.priority raised ZeroDivisionError"):
         simulate("rtx70b_swe10_0.1", scheduling=Boom())
+
+
+def test_policy_file_with_a_dataclass_loads_in_process():
+    # The loader must not pass its own `from __future__ import annotations` to the file.
+    from conftest import ROOT
+    res = simulate("rtx70b_swe10_0.1", scheduling=str(ROOT / "tests" / "data" / "dataclass_policy.py"))
+    assert res.summary["calls"] > 0

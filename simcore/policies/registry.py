@@ -35,7 +35,7 @@ def policy_class_from_source(source: str, axis: str, filename: str = "<policy>")
     mod = types.ModuleType("agentservesim_policy")
     mod.__dict__.update(policy_namespace())
     try:
-        code = compile(source, filename, "exec")
+        code = compile(source, filename, "exec", dont_inherit=True)  # not this module's __future__ flags
         exec(code, mod.__dict__)  # noqa: S102 - trusted path; candidates use sandbox/
     except SyntaxError as e:
         raise PolicyError(f"{filename}:{e.lineno}: syntax error: {e.msg}") from None
