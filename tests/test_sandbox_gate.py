@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
@@ -9,63 +10,13 @@ from sandbox import SandboxViolation
 from sandbox.gate import MAX_NODES, MAX_SOURCE_CHARS, check_source
 from sandbox.markers import check_markers
 
-# Paper Appendix F, Listings 1-4 (bodies between the markers; Listing 4's return line is
-# Eq. 8, which the listing's last line is cut from).
-LISTING_1 = '''
-class EvolvedRetention(RetentionPolicy):
-    TAU_S = 2.0
-
-    def on_turn_complete(self, pcb, request_id, now):
-        return ("protect", now + self.TAU_S)
-
-    def on_turn_arrival(self, pcb, now):
-        return "release"
-'''
-LISTING_2 = '''
-class EvolvedRetention(RetentionPolicy):
-    TAU_S = 2.0
-
-    def __init__(self):
-        self.gap_ema = {}
-
-    def on_turn_complete(self, pcb, request_id, now):
-        est = self.gap_ema.get(pcb.tool_name, self.TAU_S)
-        scale = max(0.5, pcb.context_tokens / 20000.0)
-        tau = est * scale
-        u = self.signals.kv_utilization
-        if u is not None:
-            tau *= max(0.3, 1.0 - u)
-        return ("protect", now + tau)
-
-    def on_turn_arrival(self, pcb, now):
-        g = pcb.gap_elapsed_s(now)
-        if g is not None and pcb.tool_name is not None:
-            p = self.gap_ema.get(pcb.tool_name)
-            self.gap_ema[pcb.tool_name] = g if p is None else 0.8 * p + 0.2 * g
-        return "release"
-'''
-LISTING_3 = '''
-class EvolvedScheduling(SchedulingPolicy):
-    engine_args = {"scheduling_policy": "priority"}
-
-    def priority(self, pcb, now):
-        return int(round(pcb.attained_service_s * 1000.0))
-'''
-LISTING_4 = '''
-class EvolvedScheduling(SchedulingPolicy):
-    engine_args = {"scheduling_policy": "priority"}
-    PREFILL_MS_PER_TOKEN = 0.03
-    RESIDENT_MS_PER_TOKEN = 0.10
-
-    def priority(self, pcb, now):
-        base = math.sqrt(max(0.0, pcb.attained_service_s)) * 1000.0
-        size_term = pcb.context_tokens * self.PREFILL_MS_PER_TOKEN
-        kv_bonus = (pcb.context_tokens * self.RESIDENT_MS_PER_TOKEN
-                    if pcb.kv_protected else 0.0)
-        return int(round(base + size_term - kv_bonus))
-'''
-LISTINGS = {"listing1": ("retention", LISTING_1), "listing2": ("retention", LISTING_2),
-            "listing3": ("scheduling", LISTING_3), "listing4": ("scheduling", LISTING_4)}
+# Paper Appendix F, Listings 1-4, as policy files (shared with the simulator's tests).
+_LISTING_DIR = Path(__file__).resolve().parent / "data" / "listings"
+LISTINGS = {"listing1": ("retention", (_LISTING_DIR / "retention_ttl_seed.py").read_text()),
+            "listing2": ("retention", (_LISTING_DIR / "retention_evolved.py").read_text()),
+            "listing3": ("scheduling", (_LISTING_DIR / "scheduling_plas_seed.py").read_text()),
+            "listing4": ("scheduling", (_LISTING_DIR / "scheduling_evolved.py").read_text())}
+LISTING_1, LISTING_2, LISTING_3, LISTING_4 = (LISTINGS[f"listing{i}"][1] for i in range(1, 5))
 SEEDS = {"retention_ttl.py": "retention", "scheduling_plas.py": "scheduling", "routing_affinity.py": "routing"}
 
 
