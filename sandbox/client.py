@@ -165,6 +165,7 @@ class WorkerProcess:
         self._out = self.proc.stdin.fileno()
         self._in = self.proc.stdout.fileno()
         os.set_blocking(self._out, False)
+        os.set_blocking(self._in, False)
         self._poll_in = select.poll()
         self._poll_in.register(self._in, select.POLLIN)
         self._poll_out = select.poll()
@@ -272,10 +273,13 @@ class WorkerProcess:
                 break
             if len(buf) > MAX_REPLY_BYTES:
                 self._fail(f"answer larger than {MAX_REPLY_BYTES} bytes while {what}")
-            left = deadline - time.monotonic()
-            if left <= 0 or not self._poll_in.poll(left * 1000.0):
-                self._fail(f"decision deadline of {timeout_s:g} s exceeded while {what}")
-            chunk = os.read(self._in, 1 << 16)
+            try:  # read first: the worker usually ran during our write, so no poll() syscall
+                chunk = os.read(self._in, 1 << 16)
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._poll_in.poll(left * 1000.0):
+                    self._fail(f"decision deadline of {timeout_s:g} s exceeded while {what}")
+                continue
             if not chunk:
                 self._fail(self._exit_reason(what))
             buf += chunk
