@@ -17,56 +17,19 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import sandbox.client as sandbox_client
 from sandbox.client import load_sandboxed_policy
 from simcore.policies.registry import policy_class_from_source
 from simcore.sim import simulate
 
+_LISTINGS = Path(__file__).resolve().parent.parent / "tests" / "data" / "listings"
+# Paper Appendix F listings, read from the same files the simulator's tests run.
 POLICIES = {
-    "scheduling/plas-seed": ("scheduling", '''
-class EvolvedScheduling(SchedulingPolicy):
-    engine_args = {"scheduling_policy": "priority"}
-
-    def priority(self, pcb, now):
-        return int(round(pcb.attained_service_s * 1000.0))
-'''),
-    "scheduling/evolved": ("scheduling", '''
-class EvolvedScheduling(SchedulingPolicy):
-    engine_args = {"scheduling_policy": "priority"}
-    PREFILL_MS_PER_TOKEN = 0.03
-    RESIDENT_MS_PER_TOKEN = 0.10
-
-    def priority(self, pcb, now):
-        base = math.sqrt(max(0.0, pcb.attained_service_s)) * 1000.0
-        size_term = pcb.context_tokens * self.PREFILL_MS_PER_TOKEN
-        kv_bonus = (pcb.context_tokens * self.RESIDENT_MS_PER_TOKEN
-                    if pcb.kv_protected else 0.0)
-        return int(round(base + size_term - kv_bonus))
-'''),
-    "retention/evolved": ("retention", '''
-class EvolvedRetention(RetentionPolicy):
-    TAU_S = 2.0
-
-    def __init__(self):
-        self.gap_ema = {}
-
-    def on_turn_complete(self, pcb, request_id, now):
-        est = self.gap_ema.get(pcb.tool_name, self.TAU_S)
-        scale = max(0.5, pcb.context_tokens / 20000.0)
-        tau = est * scale
-        u = self.signals.kv_utilization
-        if u is not None:
-            tau *= max(0.3, 1.0 - u)
-        return ("protect", now + tau)
-
-    def on_turn_arrival(self, pcb, now):
-        g = pcb.gap_elapsed_s(now)
-        if g is not None and pcb.tool_name is not None:
-            p = self.gap_ema.get(pcb.tool_name)
-            self.gap_ema[pcb.tool_name] = g if p is None else 0.8 * p + 0.2 * g
-        return "release"
-'''),
+    "scheduling/plas-seed": ("scheduling", (_LISTINGS / "scheduling_plas_seed.py").read_text()),
+    "scheduling/evolved": ("scheduling", (_LISTINGS / "scheduling_evolved.py").read_text()),
+    "retention/evolved": ("retention", (_LISTINGS / "retention_evolved.py").read_text()),
 }
 
 
