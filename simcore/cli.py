@@ -13,7 +13,7 @@ import importlib
 import json
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -140,7 +140,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     points = [(r, s) for r in rets for s in schs]
     base = ("cache-lru", "fcfs")
     jobs = [(cell.name, r, s, args.seed, args.workload) for r, s in ([base] + [p for p in points if p != base])]
-    run: Callable[..., Any]
     if args.jobs > 1:
         import multiprocessing as mp
         with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as ex:

@@ -177,8 +177,6 @@ def test_single_server_batch1_matches_md1_mean_wait(constant_perf):
 
 def test_littles_law_on_a_long_run():
     res = simulate("rtx70b_swe_0.1", retention="ttl", scheduling="plas")
-    # Engine side: time-average of running + waiting calls, from the engine's own step records.
-    from simcore.sim import Simulation  # noqa: F401 - documented cross-check below
     calls = res.calls
     T0, T1 = calls["release_s"].min(), calls["finish_s"].max()
     lam = len(calls) / (T1 - T0)

@@ -1,7 +1,6 @@
 """The isolated worker and its client: schema, fidelity, isolation layers, lifecycle."""
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import subprocess

@@ -6,7 +6,6 @@ import argparse
 import json
 from pathlib import Path
 
-import pytest
 
 from simcore import workload_cli
 from simcore.workload import load_programs
