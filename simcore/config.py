@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -104,8 +105,10 @@ class Cell(_Strict):
 
 
 def _data_root() -> Path:
-    """configs/ as installed (package data) or in a source checkout."""
-    return Path(str(resources.files("configs")))
+    """configs/ as installed (package data), or the folder named by AGENTSERVESIM_CONFIGS
+    (a user's own hardware.yaml / models.yaml / cells.yaml; profiles stay the shipped ones)."""
+    own = os.environ.get("AGENTSERVESIM_CONFIGS")
+    return Path(own) if own else Path(str(resources.files("configs")))
 
 
 def _load_yaml(path: Path) -> Any:
@@ -220,4 +223,5 @@ def get_cell(name: str) -> Cell:
 
 
 def profiles_root() -> Path:
-    return _data_root() / "profiles"
+    own = _data_root() / "profiles"
+    return own if own.is_dir() else Path(str(resources.files("configs"))) / "profiles"

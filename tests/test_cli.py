@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from pathlib import Path
 
 from simcore.cli import main
 
@@ -92,3 +93,23 @@ def test_recorded_arrivals_from_an_imported_trace(tmp_path, capsys):
     want = sorted(p.meta["arrival_s"] - min(q.meta["arrival_s"] for q in progs) for p in progs)
     assert sorted(res.programs["arrival_s"]) == want
     assert len(set(want)) > 1
+
+
+@pytest.mark.parametrize("cells,needles", [
+    ("families:\n  x:\n    hardware: B200\n    model: Llama-3.1-8B\n    rates: [0.1\n", ["cells.yaml", "invalid YAML"]),
+    ("families:\n  x:\n    hardware: TPU9\n    model: Llama-3.1-8B\n    workload: {kind: swe, programs: 5}\n"
+     "    rates: [0.1]\n", ["cells.yaml", "families.x.hardware", "unknown 'TPU9'"]),
+    ("families:\n  x:\n    hardware: B200\n    model: Llama-3.1-8B\n    kv_pool_tokens: -5\n"
+     "    workload: {kind: swe, programs: 5}\n    rates: [0.1]\n", ["cells.yaml", "kv_pool_tokens"]),
+])
+def test_broken_config_is_one_line_naming_file_and_field(tmp_path, cells, needles):
+    import os
+    import shutil
+    from importlib import resources
+    src = Path(str(resources.files("configs")))
+    for f in ("hardware.yaml", "models.yaml"):
+        shutil.copy(src / f, tmp_path / f)
+    (tmp_path / "cells.yaml").write_text(cells)
+    p = subprocess.run([sys.executable, "-m", "simcore.cli", "cells"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "AGENTSERVESIM_CONFIGS": str(tmp_path)})
+    _one_line_error(p, *needles)
