@@ -111,16 +111,17 @@ def _data_root() -> Path:
     return Path(own) if own else Path(str(resources.files("configs")))
 
 
-def _load_yaml(path: Path) -> Any:
+def load_yaml(path: Path, error: type[Exception] = ConfigError) -> Any:
+    """Parse a YAML file; a missing file or bad YAML raises `error` with `path:line: ...`."""
     try:
         with path.open("r", encoding="utf-8") as fh:
             return yaml.safe_load(fh)
     except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
+        raise error(f"{path}: file not found") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}{line}: invalid YAML ({getattr(e, 'problem', e)})") from None
+        raise error(f"{path}{line}: invalid YAML ({getattr(e, 'problem', e)})") from None
 
 
 def _pydantic_msg(path: Path, key: str, e: ValidationError) -> str:
@@ -132,7 +133,7 @@ def _pydantic_msg(path: Path, key: str, e: ValidationError) -> str:
 @functools.lru_cache(maxsize=None)
 def hardware_catalog(root: str | None = None) -> dict[str, HardwareSpec]:
     path = Path(root or _data_root()) / "hardware.yaml"
-    raw = _load_yaml(path) or {}
+    raw = load_yaml(path) or {}
     out = {}
     for key, body in raw.items():
         try:
@@ -145,7 +146,7 @@ def hardware_catalog(root: str | None = None) -> dict[str, HardwareSpec]:
 @functools.lru_cache(maxsize=None)
 def model_catalog(root: str | None = None) -> dict[str, ModelSpec]:
     path = Path(root or _data_root()) / "models.yaml"
-    raw = _load_yaml(path) or {}
+    raw = load_yaml(path) or {}
     out = {}
     for key, body in raw.items():
         try:
@@ -180,7 +181,7 @@ def _rate_label(rate: float) -> str:
 def cell_catalog(root: str | None = None) -> dict[str, Cell]:
     base = Path(root or _data_root())
     path = base / "cells.yaml"
-    raw = _load_yaml(path) or {}
+    raw = load_yaml(path) or {}
     hws, models = hardware_catalog(root), model_catalog(root)
     defaults = raw.get("defaults", {}) or {}
     cells: dict[str, Cell] = {}

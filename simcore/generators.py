@@ -24,12 +24,11 @@ import zlib
 from importlib import resources
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from simcore.config import load_yaml
 from simcore.workload import Call, Program, WorkloadError
 
 _PHI_FRAC = (math.sqrt(5.0) - 1.0) / 2.0  # golden-ratio step of the Weyl sequence
@@ -100,25 +99,13 @@ def _config_dir() -> Path:
     return Path(str(resources.files("configs"))) / "workloads"
 
 
-def _load_yaml(path: Path) -> Any:
-    try:
-        with path.open("r", encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
-    except FileNotFoundError:
-        raise WorkloadError(f"{path}: file not found") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise WorkloadError(f"{path}{line}: invalid YAML ({getattr(e, 'problem', e)})") from None
-
-
 @functools.lru_cache(maxsize=8)
 def load_params(kind: str, config_path: str | None = None) -> SweParams | BfclParams:
     """Validated parameters of one generator kind (one-line WorkloadError if broken)."""
     if kind not in _KINDS:
         raise WorkloadError(f"unknown workload kind '{kind}'; known kinds: {', '.join(KNOWN_KINDS)}")
     path = Path(config_path) if config_path else _config_dir() / "generators.yaml"
-    raw = _load_yaml(path) or {}
+    raw = load_yaml(path, WorkloadError) or {}
     if not isinstance(raw, dict) or kind not in raw:
         raise WorkloadError(f"{path}: no parameters for workload kind '{kind}'")
     model = _KINDS[kind][0]
@@ -141,7 +128,7 @@ def load_params(kind: str, config_path: str | None = None) -> SweParams | BfclPa
 def _bfcl_records(path: str) -> tuple[tuple[tuple[int, tuple[str, ...]], ...], ...]:
     """Records as turns of (user tokens, function names), sorted by call count (stable)."""
     p = Path(path)
-    raw = _load_yaml(p) or {}
+    raw = load_yaml(p, WorkloadError) or {}
     recs = raw.get("records") if isinstance(raw, dict) else None
     if not isinstance(recs, list) or not recs:
         raise WorkloadError(f"{p}: field 'records' must be a non-empty list")
