@@ -109,7 +109,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     cell = get_cell(args.cell)
     programs = load_programs(args.workload) if args.workload else None
     pols = {axis: _load_policy_arg(axis, getattr(args, axis), args.trusted) for axis in AXES}
-    res = simulate(cell, programs=programs, seed=args.seed, arrivals=args.arrivals, **pols)
+    files = [getattr(args, a) for a in AXES if getattr(args, a) and getattr(args, a) not in policy_names(a)]
+    try:
+        res = simulate(cell, programs=programs, seed=args.seed, arrivals=args.arrivals, **pols)
+    except PolicyError as e:  # name the file whose policy failed, so the error stands alone
+        raise PolicyError(f"{', '.join(files)}: {e}" if files else str(e)) from None
     if args.out:
         res.write(args.out)
     if args.json:

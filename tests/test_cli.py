@@ -113,3 +113,11 @@ def test_broken_config_is_one_line_naming_file_and_field(tmp_path, cells, needle
     p = subprocess.run([sys.executable, "-m", "simcore.cli", "cells"], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "AGENTSERVESIM_CONFIGS": str(tmp_path)})
     _one_line_error(p, *needles)
+
+
+def test_a_policy_file_that_hangs_is_one_line_naming_the_file(tmp_path):
+    f = tmp_path / "hang.py"
+    f.write_text("class Hang(SchedulingPolicy):\n    def priority(self, pcb, now):\n        while True:\n"
+                 "            pass\n")
+    _one_line_error(run_cli("simulate", "--cell", "rtx70b_swe10_0.1", "--scheduling", str(f)),
+                    str(f), "deadline")
