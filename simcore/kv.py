@@ -201,7 +201,8 @@ class KVManager:
         """A request of `pid` gave back `total_blocks`, the first `full_blocks` hashed.
 
         kind: "release" (cached, LRU), "protect" (pinned until `until`), "evict" (dropped),
-        "offload" (copied to the host tier, device blocks dropped).
+        "offload" (copied to the host tier, device blocks dropped). "none", and "protect" with
+        a deadline at or before `now`, are a release (paper §3.4: d = c releases at completion).
         """
         e = self.entries.get(pid)
         if e is None:

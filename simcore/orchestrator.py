@@ -5,7 +5,6 @@ when its predecessor has completed in simulation and its tool has returned.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable, Sequence
 
 from .dispatch import DispatchPlane
@@ -29,9 +28,12 @@ class Orchestrator:
         self.requests: list[Request] = []
         self.release_times: list[tuple[int, int, float]] = []  # (pid, turn, r_{p,k})
 
-    def view(self, pcb: PCB, now: float) -> ProgramView:
+    def view(self, pcb: PCB, now: float, in_use_tokens: int | None = None) -> ProgramView:
+        """The causal view; `in_use_tokens` marks KV still held by a just-finished call."""
         home = pcb.last_instance
-        if home is None:
+        if in_use_tokens is not None:
+            resident, until, tier = in_use_tokens, None, "device"
+        elif home is None:
             resident, until, tier = 0, None, None
         else:
             kv = self.instances[home].kv
@@ -77,9 +79,7 @@ class Orchestrator:
         pcb.gap_started_s = now
         pcb.release_s = None
         # The finished call's blocks are still held: resident on its instance.
-        view = dataclasses.replace(self.view(pcb, now), kv_resident=True, kv_tier="device",
-                                   kv_resident_tokens=req.num_computed) if self.view_hook is None \
-            else self.view(pcb, now)
+        view = self.view(pcb, now, in_use_tokens=req.num_computed)
         self.retention.on_complete(view, req, self.instances[req.instance], now)
         if pcb.turns_completed == len(pcb.program.calls):
             pcb.finished_s = now

@@ -19,9 +19,10 @@ class RetentionPlane:
         self.instances = instances
         self.log = log
 
-    def _decide(self, hook: str, view: ProgramView, inst: Instance, now: float, *args: Any) -> RetentionDecision:
+    def _decide(self, hook: str, view: ProgramView, pid: int, inst: Instance, now: float,
+                *args: Any) -> RetentionDecision:
         self.policy.bind(Signals(now=now, kv_utilization=inst.kv.usage(),
-                                 instances=instance_views(self.instances, -1)))
+                                 instances=instance_views(self.instances, pid)))
         d = parse_retention(call_policy(getattr(self.policy, hook), view, *args))
         if self.log is not None:
             self.log.append((now, "retention", hook, view.program_id, view.turn_index,
@@ -30,19 +31,16 @@ class RetentionPlane:
 
     def on_complete(self, view: ProgramView, req: Request, inst: Instance, now: float) -> None:
         """Call completed on `inst`: its blocks go back under the policy's decision."""
-        d = self._decide("on_turn_complete", view, inst, now, f"{view.program_id}/{req.turn}", now)
+        d = self._decide("on_turn_complete", view, req.pid, inst, now, f"{view.program_id}/{req.turn}", now)
         kv = inst.kv
-        full = req.num_computed // kv.block_size
-        kind = d.kind
-        if kind == "none" or (kind == "protect" and d.until is not None and d.until <= now):
-            kind = "release"  # deadline = completion time: released at completion
-        kv.store(req.pid, full, req.held, now, kind, d.until, d.value, d.then)
+        # "none" and a deadline at or before completion both mean release (KVManager.store).
+        kv.store(req.pid, req.num_computed // kv.block_size, req.held, now, d.kind, d.until, d.value, d.then)
         req.held = 0
 
     def on_arrival(self, view: ProgramView, pid: int, now: float) -> None:
         """The program's next call was released: the policy may release or re-protect its KV."""
         home = self.instances[view.last_instance] if view.last_instance is not None else self.instances[0]
-        d = self._decide("on_turn_arrival", view, home, now, now)
+        d = self._decide("on_turn_arrival", view, pid, home, now, now)
         if d.kind == "none":
             return
         for inst in self.instances:

@@ -176,21 +176,8 @@ def test_single_server_batch1_matches_md1_mean_wait(constant_perf):
 
 
 def test_littles_law_on_a_long_run():
-    res = simulate("rtx70b_swe_0.1", retention="ttl", scheduling="plas")
-    calls = res.calls
-    T0, T1 = calls["release_s"].min(), calls["finish_s"].max()
-    lam = len(calls) / (T1 - T0)
-    W = calls["e2e_s"].mean()
-    # Queue length integrated from per-call intervals at fine resolution (independent of W's sum).
-    grid = np.linspace(T0, T1, 200_001)
-    rel = np.sort(calls["release_s"].to_numpy())
-    fin = np.sort(calls["finish_s"].to_numpy())
-    n_t = np.searchsorted(rel, grid, side="right") - np.searchsorted(fin, grid, side="right")
-    L = n_t.mean()
-    assert L == pytest.approx(lam * W, rel=0.02)
-
-
-def test_littles_law_engine_counts_agree_with_call_records():
+    # L from the engine's own queue counts (running + waiting per step) vs lambda*W from the
+    # per-call release/finish records: two independent code paths must agree.
     from simcore.sim import cell_programs
     cell = small_cell("rtx70b_swe_0.1")
     progs = cell_programs(cell, 0)
