@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import json
 import marshal
 import math
 import operator
 import os
+import re
 import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import weakref
 from importlib import resources
@@ -44,9 +47,6 @@ LOAD_TIMEOUT_S = 15.0
 MAX_PIPELINED = 256   # queued calls with a known answer before they are sent anyway
 MAX_REPLY_BYTES = _w.MAX_REPLY_BYTES + 64
 
-_scalar_row = operator.attrgetter(*_w.VIEW_FIELDS[:_w.N_SCALAR])
-_history_row = operator.attrgetter(*_w.TUPLE_FIELDS)
-_inst_row = operator.attrgetter(*_w.INSTANCE_FIELDS)
 _mdumps = marshal.dumps
 _loads = json.loads
 _LIVE: "weakref.WeakSet[WorkerProcess]" = weakref.WeakSet()
@@ -65,8 +65,30 @@ def _getcpu_fn() -> Any:
 
 
 _getcpu = _getcpu_fn()
+_CLAIMED: collections.Counter = collections.Counter()  # CPU -> sessions pinned there now
+_CLAIM_LOCK = threading.Lock()
+
+
+def _claim_cpu(mask: set[int]) -> int:
+    """A CPU for a new session: the least claimed by this process's sessions in `mask`,
+    preferring the one this thread runs on (other processes are busy on the others)."""
+    here = _getcpu()
+    with _CLAIM_LOCK:
+        cpu = min(sorted(mask), key=lambda c: (_CLAIMED[c], c != here))
+        _CLAIMED[cpu] += 1
+    return cpu
+
+
+def _release_cpu(cpu: int) -> None:
+    with _CLAIM_LOCK:
+        _CLAIMED[cpu] -= 1
 _WORKER_SOURCE: str | None = None
 
+
+# Answers the worker writes most often, decoded without the JSON parser (see _recv).
+_SIMPLE_ANSWERS = {b'"release"': "release", b'"evict"': "evict", b'"offload"': "offload",
+                   b'"none"': "none"}
+_JSON_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?").fullmatch
 
 _PLAIN = frozenset({type(None), bool, int, float, str})
 _all_plain = _PLAIN.__contains__
@@ -100,6 +122,14 @@ def _plain_row(row: Any) -> list:
     return [_plain(x) for x in row]
 
 
+def _getter(fields: list[str]) -> Any:
+    """obj -> tuple of the named attributes (attrgetter returns a bare value for one name)."""
+    if not fields:
+        return lambda obj: ()
+    g = operator.attrgetter(*fields)
+    return g if len(fields) > 1 else (lambda obj: (g(obj),))
+
+
 def _norm(v: Any) -> Any:
     """JSON brings tuples back as lists."""
     if isinstance(v, (list, tuple)):
@@ -130,12 +160,65 @@ def _cpu_seconds(pid: int) -> float | None:
         return None
 
 
+class ViewEncoder:
+    """Observations -> the plain rows sandbox/worker.py rebuilds views from.
+
+    Only the fields in `wire` (worker.select_fields: those the candidate's source can read)
+    are sent; history tuples go as (start, new items) against the last send per program.
+    """
+
+    def __init__(self, wire: dict[str, Any] | None = None) -> None:
+        self.wire = wire = wire or _w.select_fields()
+        self._scalars = _getter(wire["view"])
+        self._histories = _getter(wire["hist"])
+        self._inst = _getter(wire["inst"])
+        self._hist: dict[Any, list[tuple]] = {}
+
+    def view(self, pcb: Any) -> list:
+        row = _plain_row(self._scalars(pcb))
+        hrow = self._histories(pcb)
+        if not hrow:
+            return row
+        hist = self._hist.get(row[0])
+        if hist is None:
+            hist = self._hist[row[0]] = [()] * len(hrow)
+        for j, v in enumerate(hrow):
+            if type(v) is not tuple:
+                v = tuple(v)
+            old = hist[j]
+            n = len(old)
+            if len(v) >= n and v[:n] == old:
+                row.append(n)
+                row.append(_plain_row(v[n:]))
+            else:
+                row.append(0)
+                row.append(_plain_row(v))
+            hist[j] = v
+        return row
+
+    def signals(self, signals: Any, now: float) -> list:
+        """The wired Signals fields, in SIGNAL_FIELDS order (None: no signals bound)."""
+        out = []
+        for f in self.wire["signals"] or ():
+            if f == "instances":
+                out.append([] if signals is None else [self.instance(v) for v in signals.instances])
+            elif f == "now":
+                out.append(_plain(now if signals is None else signals.now))
+            else:
+                out.append(None if signals is None else _plain(signals.kv_utilization))
+        return out
+
+    def instance(self, inst: Any) -> list:
+        return _plain_row(self._inst(inst))
+
+
 class WorkerProcess:
     """One isolated worker holding one candidate; line-delimited JSON over two pipes."""
 
     def __init__(self, source: str, axis: str, *, decision_timeout_s: float = DEFAULT_DECISION_TIMEOUT_S,
                  cpu_budget_s: float = DEFAULT_CPU_BUDGET_S, memory_mb: int = DEFAULT_MEMORY_MB,
-                 load_timeout_s: float = LOAD_TIMEOUT_S, seccomp: bool = True, audit: bool = True) -> None:
+                 load_timeout_s: float = LOAD_TIMEOUT_S, seccomp: bool = True, audit: bool = True,
+                 wire: dict[str, Any] | None = None) -> None:
         if not (decision_timeout_s > 0 and math.isfinite(decision_timeout_s)):
             raise ValueError(f"decision_timeout_s must be a positive number, got {decision_timeout_s}")
         if not (cpu_budget_s > 0 and math.isfinite(cpu_budget_s)):
@@ -147,8 +230,10 @@ class WorkerProcess:
         self.calls = 0
         self._buf = bytearray()
         self._last_sig: Any = None
-        self._hist: dict[Any, list[tuple]] = {}
         self._cpu = -1
+        self.pinned = False  # True inside session(): parent thread and worker share one CPU
+        self.enc = ViewEncoder(wire)
+        wire = self.enc.wire
         self._pending: collections.deque[tuple[str, Any]] = collections.deque()
         self._outbox: list[bytes] = []
         self._cwd = tempfile.mkdtemp(prefix="agentservesim-sandbox-")
@@ -172,7 +257,7 @@ class WorkerProcess:
         self._poll_out.register(self._out, select.POLLOUT)
         _LIVE.add(self)
         self._finalizer = weakref.finalize(self, WorkerProcess._reap, self.proc, self._cwd)
-        msg = _frame({"source": source, "axis": axis})
+        msg = _frame({"source": source, "axis": axis, "wire": wire})
         info = self._roundtrip(msg, load_timeout_s, "loading the policy")
         if not isinstance(info, dict):
             self._fail("worker sent a malformed load reply")
@@ -283,13 +368,18 @@ class WorkerProcess:
             if not chunk:
                 self._fail(self._exit_reason(what))
             buf += chunk
-        if line.startswith(b"[1,") and line.endswith(b"]"):  # fast path: an int answer
+        if line.startswith(b"[1,") and line.endswith(b"]"):  # fast paths: the common answers
             body = line[3:-1]
             if body.isdigit() or (body.startswith(b"-") and body[1:].isdigit()):
                 try:
                     return int(body)
                 except ValueError:  # more digits than int() accepts
                     self._fail(f"worker sent a malformed answer while {what}")
+            simple = _SIMPLE_ANSWERS.get(body)
+            if simple is not None:
+                return simple
+            if body.startswith(b'["protect",') and body.endswith(b"]") and _JSON_NUMBER(body, 11, len(body) - 1):
+                return ["protect", float(body[11:-1])]
         try:
             ok, value = _loads(line)
         except (ValueError, TypeError):
@@ -298,26 +388,6 @@ class WorkerProcess:
             self._fail(str(value) if isinstance(value, str) else f"policy failed while {what}")
         return value
 
-    def _encode_view(self, pcb: Any) -> list:
-        """The allow-listed fields only; history tuples as deltas against the last send."""
-        row = _plain_row(_scalar_row(pcb))
-        hist = self._hist.get(row[0])
-        if hist is None:
-            hist = self._hist[row[0]] = [(), (), (), ()]
-        for j, v in enumerate(_history_row(pcb)):
-            if type(v) is not tuple:
-                v = tuple(v)
-            old = hist[j]
-            n = len(old)
-            if len(v) >= n and v[:n] == old:
-                row.append(n)
-                row.append(_plain_row(v[n:]))
-            else:
-                row.append(0)
-                row.append(_plain_row(v))
-            hist[j] = v
-        return row
-
     def call(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any) -> Any:
         """One hook call; returns the raw JSON-decoded value (validated by the caller)."""
         msg = self._message(hook, now, pcb, extra, signals)
@@ -325,15 +395,17 @@ class WorkerProcess:
 
     def _message(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any) -> bytes:
         sig = None
-        if signals is not None and signals is not self._last_sig:
-            sig = [_plain(signals.now), _plain(signals.kv_utilization),
-                   [_plain_row(_inst_row(v)) for v in signals.instances]]
+        enc = self.enc
+        if enc.wire["signals"] is None:
+            pass  # the candidate never reads self.signals
+        elif signals is not None and signals is not self._last_sig:
+            sig = enc.signals(signals, now)
             self._last_sig = signals
         elif signals is None and self._last_sig is not None:
-            sig = [now, None, []]
+            sig = enc.signals(None, now)
             self._last_sig = None
         self.calls += 1
-        if _getcpu is not None:
+        if _getcpu is not None and not self.pinned:
             # Keep the worker on the CPU the parent runs on: the two never run at the same
             # time (each waits for the other), and a same-CPU wakeup avoids waking an idle
             # core, which costs ~100 us per call on small VMs.
@@ -344,7 +416,45 @@ class WorkerProcess:
                     os.sched_setaffinity(self.proc.pid, (cpu,))
                 except OSError:
                     pass
-        return _frame([hook, _plain(now), self._encode_view(pcb), extra, sig])
+        return _frame([hook, _plain(now), enc.view(pcb), extra, sig])
+
+    @contextlib.contextmanager
+    def session(self) -> Any:
+        """One simulation: pin the calling thread and the worker to one CPU, and on the way
+        out read every pipelined answer and give the thread its CPUs back.
+
+        Parent and worker never run at once (each waits for the other), so one CPU loses
+        nothing, and a wakeup on the same CPU skips waking an idle core (~50-100 us on small
+        VMs). Without the thread pinned, the kernel wakes the parent on the other core after
+        nearly every answer and the worker must be moved after it.
+        """
+        if self.pinned or _getcpu is None:
+            yield self
+            self.flush()
+            return
+        try:
+            mask = os.sched_getaffinity(0)
+            cpu = _claim_cpu(mask)
+        except OSError:
+            yield self
+            self.flush()
+            return
+        try:
+            os.sched_setaffinity(0, (cpu,))
+            os.sched_setaffinity(self.proc.pid, (cpu,))
+            self._cpu, self.pinned = cpu, True
+        except OSError:
+            pass
+        try:
+            yield self
+            self.flush()
+        finally:
+            self.pinned, self._cpu = False, -1
+            _release_cpu(cpu)
+            try:
+                os.sched_setaffinity(0, mask)
+            except OSError:
+                pass
 
     # ----------------------------------------------------------------- lifecycle
     @staticmethod
@@ -406,6 +516,10 @@ class _Proxy:
     def close(self) -> None:
         self._worker.close()
 
+    def session(self) -> Any:
+        """Entered by the simulator around a run (see WorkerProcess.session)."""
+        return self._worker.session()
+
     def flush(self) -> None:
         """Collect the answers of pipelined calls now; raises SandboxViolation on a failure."""
         self._worker.flush()
@@ -451,7 +565,8 @@ class SandboxedRouting(_Proxy, RoutingPolicy):
     def select(self, pcb: Any, inflight: tuple, now: float) -> int:
         raw = self._const.get("select", _NO)
         if raw is _NO:
-            raw = self._worker.call("s", now, pcb, [_plain_row(_inst_row(v)) for v in inflight], self._sig())
+            w = self._worker
+            raw = w.call("s", now, pcb, [w.enc.instance(v) for v in inflight], self._sig())
         try:
             return parse_instance(raw, len(inflight))
         except Exception as e:  # noqa: BLE001
@@ -459,12 +574,10 @@ class SandboxedRouting(_Proxy, RoutingPolicy):
 
 
 def _retention(raw: Any, worker: WorkerProcess, hook: str) -> Any:
-    value = tuple(raw) if isinstance(raw, list) else raw
     try:
-        parse_retention(value)
+        return parse_retention(tuple(raw) if isinstance(raw, list) else raw)
     except Exception as e:  # noqa: BLE001
         worker._fail(f"{hook}: {e}")
-    return value
 
 
 _PROXIES = {"retention": SandboxedRetention, "scheduling": SandboxedScheduling, "routing": SandboxedRouting}
@@ -495,11 +608,14 @@ def load_sandboxed_policy(source: str, axis: str, *, decision_timeout_s: float =
     """
     const: dict[str, Any] = {}
     always: dict[str, Any] = {}
+    wire = None  # without the gate nothing bounds what the code reads: send every field
     if gate:
         g = check_source(source, axis)
         const, always = g.constant_hooks, g.always_hooks
+        wire = _w.select_fields(g.observed_names)
     w = WorkerProcess(source, axis, decision_timeout_s=decision_timeout_s, cpu_budget_s=cpu_budget_s,
-                      memory_mb=memory_mb, load_timeout_s=load_timeout_s, seccomp=seccomp, audit=audit)
+                      memory_mb=memory_mb, load_timeout_s=load_timeout_s, seccomp=seccomp, audit=audit,
+                      wire=wire)
     try:
         ea = _engine_args(w.info.get("engine_args", {}))
     except SandboxViolation:

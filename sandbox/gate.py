@@ -67,6 +67,9 @@ class GateResult:
     constant_hooks: dict = field(default_factory=dict)
     # hooks that always return the same literal after doing other work (see hook_answers)
     always_hooks: dict = field(default_factory=dict)
+    # every `.attribute` name in the source, or None when the source may read whole views
+    # (repr/str/ascii/hash, f-strings); see observed_names
+    observed_names: frozenset | None = None
 
 
 def _public_api_names() -> dict[str, frozenset[str]]:
@@ -291,6 +294,25 @@ def hook_answers(tree: ast.Module, class_name: str, axis: str) -> tuple[dict, di
     return constant, always
 
 
+_WHOLE_VIEW_NAMES = frozenset({"repr", "str", "ascii", "hash"})
+
+
+def observed_names(nodes: list[ast.AST]) -> frozenset[str] | None:
+    """The attribute names a gated candidate can read: with getattr, vars, dunders and
+    `.format` refused, a field is reachable only as `x.name` written in the source. None
+    when the source can turn a whole view into text or a hash (then everything is sent, so
+    the text is what it would be in-process)."""
+    names = set()
+    for n in nodes:
+        if isinstance(n, ast.Attribute):
+            names.add(n.attr)
+        elif isinstance(n, ast.JoinedStr) or (isinstance(n, ast.Name) and n.id in _WHOLE_VIEW_NAMES) \
+                or (isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
+                    and isinstance(n.left, ast.Constant) and isinstance(n.left.value, str)):
+            return None  # f-strings, str()/repr()/hash(), `"%s" % x`
+    return frozenset(names)
+
+
 def check_source(source: str, axis: str) -> GateResult:
     """Raise SandboxViolation with a one-line reason unless `source` passes the gate."""
     if axis not in AXIS_BASES:
@@ -329,4 +351,4 @@ def check_source(source: str, axis: str) -> GateResult:
         raise SandboxViolation(f"rejected by the static gate: {e}") from None
     except RecursionError:
         raise SandboxViolation("rejected by the static gate: policy source is nested too deeply") from None
-    return GateResult(name, axis, constants, always)
+    return GateResult(name, axis, constants, always, observed_names(nodes))

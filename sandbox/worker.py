@@ -20,10 +20,11 @@ Protocol. Parent -> worker: frames of a 4-byte little-endian length + a `marshal
 plain data (str/int/float/bool/None/list/tuple/dict); the parent is trusted and marshal is
 5x faster than json here. Worker -> parent: one JSON value per line, because the parent
 must parse what untrusted code produced (never pickle, never marshal, in that direction).
-  parent -> {"source": ..., "axis": ...}                 worker -> [1, info] | [0, reason]
+  parent -> {"source", "axis", "wire"}                   worker -> [1, info] | [0, reason]
   parent -> [hook, now, pcb_row, extra, signals|None]    worker -> [1, value] | [0, reason]
 where hook is "c" (on_turn_complete, extra = request_id), "a" (on_turn_arrival),
-"p" (priority) or "s" (select, extra = instance rows); signals None = unchanged.
+"p" (priority) or "s" (select, extra = instance rows); signals None = unchanged. Rows
+carry only the fields named by "wire" (select_fields: those the candidate's source can read).
 """
 import json
 import marshal
@@ -128,25 +129,69 @@ def _gap_elapsed_s(self, now):
     return max(0.0, now - g)
 
 
-ProgramView = _make_view_class("ProgramView", VIEW_FIELDS, {"gap_elapsed_s": _gap_elapsed_s})
-InstanceView = _make_view_class("InstanceView", INSTANCE_FIELDS, {
-    "inflight": property(lambda self: self.running + self.waiting)})
-Signals = _make_view_class("Signals", SIGNAL_FIELDS)
-N_SCALAR = len(VIEW_FIELDS) - len(TUPLE_FIELDS)
-assert VIEW_FIELDS[N_SCALAR:] == TUPLE_FIELDS
+def _inflight(self):
+    return self.running + self.waiting
+
+
+# Derived members and the fields they read.
+_VIEW_METHODS = {"gap_elapsed_s": (_gap_elapsed_s, ("gap_started_s",))}
+_INSTANCE_METHODS = {"inflight": (property(_inflight), ("running", "waiting"))}
+
+
+def select_fields(names=None):
+    """The fields to send for a candidate whose source names the attributes `names`.
+
+    The gate refuses getattr, vars, dunders and string formatting, so a candidate can read an
+    observation field only as `x.field` with the name written in its source: sending the
+    other fields could not change a decision, and costs encoding on both sides of the pipe.
+    None sends everything. program_id is always sent (the history deltas are keyed by it).
+    """
+    def want(field, methods):
+        return names is None or field in names or any(
+            m in names and field in deps for m, (_, deps) in methods.items())
+    view = [f for f in VIEW_FIELDS if f == "program_id" or want(f, _VIEW_METHODS)]
+    inst = [f for f in INSTANCE_FIELDS if want(f, _INSTANCE_METHODS)]
+    signals = [f for f in SIGNAL_FIELDS if want(f, {})] if names is None or "signals" in names else None
+    return {"view": [f for f in view if f not in TUPLE_FIELDS],
+            "hist": [f for f in view if f in TUPLE_FIELDS], "inst": inst, "signals": signals}
+
+
+def configure(wire):
+    """(Re)build the view classes for the fields `wire` (select_fields' result) sends."""
+    global ProgramView, InstanceView, Signals, WIRE, N_SCALAR, N_HIST
+    if set(wire["view"]) - set(VIEW_FIELDS) or set(wire["hist"]) - set(TUPLE_FIELDS) \
+            or set(wire["inst"]) - set(INSTANCE_FIELDS) or set(wire["signals"] or ()) - set(SIGNAL_FIELDS) \
+            or not wire["view"] or wire["view"][0] != "program_id":
+        raise ValueError("protocol: unknown observation fields")
+    fields = tuple(wire["view"]) + tuple(wire["hist"])
+    ProgramView = _make_view_class("ProgramView", fields, {
+        m: fn for m, (fn, deps) in _VIEW_METHODS.items() if set(deps) <= set(fields)})
+    InstanceView = _make_view_class("InstanceView", tuple(wire["inst"]), {
+        m: fn for m, (fn, deps) in _INSTANCE_METHODS.items() if set(deps) <= set(wire["inst"])})
+    Signals = _make_view_class("Signals", tuple(wire["signals"] or ()))
+    WIRE = wire
+    N_SCALAR = len(wire["view"])
+    N_HIST = len(wire["hist"])
+    _POLICY_NAMES.update(ProgramView=ProgramView, InstanceView=InstanceView, Signals=Signals)
+
+
+_POLICY_NAMES = {}
+configure(select_fields())
 # The history tuples only grow, so the parent sends each as (start, new items) against
 # what it sent last time for that program; the full tuples live here.
 _HISTORY = {}
 
 
 def make_view(row):
-    """Rebuild a view from [15 scalars, (start, items) x 4] (see the client's encoder)."""
+    """Rebuild a view from [scalars, (start, items) per history field] (see the client's encoder)."""
+    if not N_HIST:
+        return tuple.__new__(ProgramView, row)
     pid = row[0]
     hist = _HISTORY.get(pid)
     if hist is None:
-        hist = _HISTORY[pid] = [(), (), (), ()]
-    vals = list(row[:N_SCALAR])
-    for j in range(4):
+        hist = _HISTORY[pid] = [()] * N_HIST
+    vals = row[:N_SCALAR]
+    for j in range(N_HIST):
         start = row[N_SCALAR + 2 * j]
         items = row[N_SCALAR + 2 * j + 1]
         cur = hist[j]
@@ -166,7 +211,10 @@ def make_instances(rows):
 
 
 def make_signals(row):
-    return tuple.__new__(Signals, (row[0], row[1], make_instances(row[2])))
+    """[now?, kv_utilization?, instance rows?] in SIGNAL_FIELDS order, the fields WIRE sends."""
+    if WIRE["signals"] and WIRE["signals"][-1] == "instances":
+        row = row[:-1] + [make_instances(row[-1])]
+    return tuple.__new__(Signals, row)
 
 
 # --------------------------------------------------------------------------- base classes
@@ -459,9 +507,9 @@ def build_namespace():
     mods["typing"] = _Module({n: getattr(typing, n) for n in TYPING_NAMES})
     future = importlib.import_module("__future__")
     mods["__future__"] = _Module({"annotations": future.annotations})
-    policy_mod = _Module({"RetentionPolicy": RetentionPolicy, "SchedulingPolicy": SchedulingPolicy,
-                          "RoutingPolicy": RoutingPolicy, "ProgramView": ProgramView,
-                          "Signals": Signals, "InstanceView": InstanceView})
+    _POLICY_NAMES.update(RetentionPolicy=RetentionPolicy, SchedulingPolicy=SchedulingPolicy,
+                         RoutingPolicy=RoutingPolicy)
+    policy_mod = _Module(_POLICY_NAMES)  # the same dict: configure() swaps the view classes
     for m in POLICY_IMPORT_MODULES:
         mods[m] = policy_mod
 
@@ -478,10 +526,8 @@ def build_namespace():
     safe["__build_class__"] = builtins.__build_class__
     safe["__import__"] = restricted_import
     safe["print"] = lambda *a, **k: None  # stdout is the protocol pipe
-    ns = {"__builtins__": safe, "__name__": "candidate_policy",
-          "RetentionPolicy": RetentionPolicy, "SchedulingPolicy": SchedulingPolicy,
-          "RoutingPolicy": RoutingPolicy, "ProgramView": ProgramView, "Signals": Signals,
-          "InstanceView": InstanceView, "math": mods["math"]}
+    ns = {"__builtins__": safe, "__name__": "candidate_policy", "math": mods["math"]}
+    ns.update(_POLICY_NAMES)
     return ns
 
 
@@ -512,16 +558,34 @@ def load_candidate(source, axis, ns):
     return policy, {"class": cls.__name__, "name": str(name), "engine_args": ea}
 
 
-def read_frame(read):
-    hdr = read(4)
-    if len(hdr) < 4:
-        return None
-    body = read(int.from_bytes(hdr, "little"))
-    return marshal.loads(body)
+class FrameReader:
+    """Parent -> worker frames off fd 0, read with os.read: `ready()` says whether a whole
+    frame is already here, so answers to calls that arrived together leave together."""
+
+    def __init__(self, fd=0):
+        self.fd = fd
+        self.buf = bytearray()
+
+    def _whole(self):
+        b = self.buf
+        return len(b) >= 4 and len(b) >= 4 + int.from_bytes(b[:4], "little")
+
+    ready = _whole
+
+    def next(self):
+        """The next frame's data, blocking for it; None at end of input."""
+        while not self._whole():
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return None
+            self.buf += chunk
+        n = int.from_bytes(self.buf[:4], "little")
+        body = bytes(self.buf[4:4 + n])
+        del self.buf[:4 + n]
+        return marshal.loads(body)
 
 
-def serve(policy, axis, state):
-    read = sys.stdin.buffer.read
+def serve(policy, axis, state, frames):
     encode = json.JSONEncoder(separators=(",", ":"), allow_nan=True).encode
     signals = None
     hooks = {
@@ -530,8 +594,9 @@ def serve(policy, axis, state):
         "p": lambda pcb, now, extra: policy.priority(pcb, now),
         "s": lambda pcb, now, extra: policy.select(pcb, make_instances(extra), now),
     }
+    answers = []
     while True:
-        msg = read_frame(read)
+        msg = frames.next()
         if msg is None:
             return
         hook, now, row, extra, sig = msg
@@ -542,16 +607,30 @@ def serve(policy, axis, state):
             value = hooks[hook](make_view(row), now, extra)
             # ints (every priority, every route) skip the encoder; "%d" obeys the same
             # int-to-str digit limit as json does
-            out = "[1,%d]\n" % value if type(value) is int else encode([1, value]) + "\n"
+            t = type(value)
+            if t is int:
+                out = "[1,%d]\n" % value
+            elif t is str and value in _SIMPLE_ANSWERS:
+                out = _SIMPLE_ANSWERS[value]
+            elif t is tuple and len(value) == 2 and type(value[0]) is str and type(value[1]) is float \
+                    and value[0] == "protect" and value[1] - value[1] == 0.0:
+                out = '[1,["protect",%r]]\n' % value[1]  # repr of a finite float is its JSON
+            else:
+                out = encode([1, value]) + "\n"
         except Exception as e:  # noqa: BLE001 - every failure becomes a one-line reason
             out = json.dumps([0, "%s raised %s" % (_HOOK_NAMES[hook], _reason(e))]) + "\n"
         if len(out) > MAX_REPLY_BYTES:
             out = json.dumps([0, "%s returned a value larger than %d bytes" % (_HOOK_NAMES[hook], MAX_REPLY_BYTES)]) + "\n"
-        data = out.encode()
+        answers.append(out)
+        if frames.ready():
+            continue  # pipelined calls: answer them all with one write (one wakeup)
+        data = "".join(answers).encode()
+        answers.clear()
         while data:
             data = data[os.write(1, data):]
 
 
+_SIMPLE_ANSWERS = {v: '[1,"%s"]\n' % v for v in ("release", "evict", "offload", "none")}
 _HOOK_NAMES = {"c": "on_turn_complete", "a": "on_turn_arrival", "p": "priority", "s": "select"}
 
 
@@ -566,12 +645,15 @@ def main():
         layers.mark("audit_tripwire", True)
     else:
         layers.mark("audit_tripwire", False, "disabled by caller")
-    msg = read_frame(sys.stdin.buffer.read)
+    frames = FrameReader()
+    msg = frames.next()
     if not isinstance(msg, dict):
         return
     try:
         # While loading, compiling the candidate (and dataclass code generation) is fine.
         state["mode"] = "load"
+        configure(msg.get("wire") or select_fields())
+        ns.update(_POLICY_NAMES)
         policy, info = load_candidate(msg["source"], msg["axis"], ns)
         json.dumps(info)
     except Exception as e:  # noqa: BLE001
@@ -580,7 +662,7 @@ def main():
     state["mode"] = "serve"
     info["layers"] = dict(layers)
     _send([1, info])
-    serve(policy, msg["axis"], state)
+    serve(policy, msg["axis"], state, frames)
 
 
 if __name__ == "__main__":

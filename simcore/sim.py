@@ -4,6 +4,7 @@ Data flows one way: workload -> orchestrator -> dispatch -> instance -> retentio
 """
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import math
@@ -174,7 +175,12 @@ def simulate(cell: Cell | str, programs: Sequence[Program] | None = None, retent
         raise WorkloadError(f"{len(arrivals)} arrival times for {len(progs)} programs")
     sim = Simulation(cell, progs, arrivals, pol["retention"], pol["scheduling"], pol["routing"],
                      decision_log, view_hook)
-    sim.run()
+    with contextlib.ExitStack() as stack:
+        for p in {id(p): p for p in pol.values()}.values():  # one object may serve two axes
+            session = getattr(p, "session", None)
+            if callable(session):  # e.g. a sandboxed policy pins its worker for the run
+                stack.enter_context(session())
+        sim.run()
     unfinished = [p.program_id for p in sim.orch.pcbs if p.finished_s is None]
     if unfinished:
         raise SimulationError(f"{len(unfinished)} programs never finished (first: {unfinished[0]}): engine stalled")

@@ -106,3 +106,27 @@ def test_endless_unterminated_output_is_refused(reader):
     finally:
         stop.set()
         th.join()
+
+
+@pytest.mark.parametrize("line,want", [
+    (b'[1,"release"]', "release"), (b'[1,"evict"]', "evict"), (b'[1,"none"]', "none"),
+    (b'[1,["protect",12.25]]', ["protect", 12.25]), (b'[1,["protect",-1e+22]]', ["protect", -1e22]),
+    (b'[1,["protect",3]]', ["protect", 3.0]),
+    # not in the fast path's shape: the JSON parser decides, exactly as before
+    (b'[1,["protect",1.5,2.0]]', ["protect", 1.5, 2.0]), (b'[1, "release"]', "release"),
+])
+def test_fast_paths_agree_with_json(reader, line, want):
+    wp, w = reader
+    os.write(w, line + b"\n")
+    got = _recv(wp)
+    assert got == want and type(got) is type(want)
+
+
+@pytest.mark.parametrize("line", [b'[1,["protect",1_0]]', b'[1,["protect",inf]]', b'[1,["protect", 01]]',
+                                  b'[1,["protect",]]', b'[1,"release]'])
+def test_fast_paths_refuse_what_json_refuses(reader, line):
+    """float() would read 1_0 or inf; an answer must still be strict JSON."""
+    wp, w = reader
+    os.write(w, line + b"\n")
+    with pytest.raises(SandboxViolation, match="malformed answer"):
+        _recv(wp)

@@ -12,7 +12,7 @@ import pytest
 
 from sandbox import SandboxViolation
 from sandbox import worker as W
-from sandbox.client import WorkerProcess, load_sandboxed_policy
+from sandbox.client import ViewEncoder, WorkerProcess, load_sandboxed_policy
 from simcore.pcb import (OBSERVABLE_INSTANCE_FIELDS, OBSERVABLE_PCB_FIELDS, OBSERVABLE_SIGNAL_FIELDS, InstanceView,
                          ProgramView, Signals)
 from simcore.policies import base as B
@@ -66,11 +66,10 @@ def test_observation_schema_is_exactly_the_allow_list():
 
 
 def test_view_rebuilt_in_worker_equals_the_original():
-    wp = WorkerProcess.__new__(WorkerProcess)  # only the encoder's state is needed
-    wp._hist = {}
+    wp = ViewEncoder()
     W._HISTORY.clear()
     for v in (pview(k=1), pview(k=3), pview(k=2, returned_tool_durations=(9.0, 9.5))):  # last: not an append
-        row = wp._encode_view(v)
+        row = wp.view(v)
         got = W.make_view(row)
         for f in W.VIEW_FIELDS:
             assert getattr(got, f) == getattr(v, f), f
@@ -516,8 +515,9 @@ def test_pipelined_arrivals_keep_decisions_and_catch_failures():
     pol = load_sandboxed_policy(src, "retention")
     try:
         pol.bind(sig())
-        assert pol.on_turn_arrival(pview(), 1.0) == "release"
-        assert pol.on_turn_arrival(pview(), 2.0) == "release"   # answered before it ran
+        # the proxy hands back the parsed decision (parse_retention passes it through)
+        assert pol.on_turn_arrival(pview(), 1.0) == B.parse_retention("release")
+        assert pol.on_turn_arrival(pview(), 2.0).kind == "release"   # answered before it ran
         with pytest.raises(SandboxViolation, match="on_turn_arrival raised ValueError: second arrival"):
             pol.on_turn_complete(pview(), "r", 3.0)
     finally:
@@ -560,10 +560,9 @@ def test_pipelined_hook_still_has_a_deadline():
 def test_views_behave_like_the_in_process_dataclasses():
     """A view must not offer what simcore's ProgramView lacks (indexing, iteration, len)."""
     W._HISTORY.clear()
-    wp = WorkerProcess.__new__(WorkerProcess)
-    wp._hist = {}
+    wp = ViewEncoder()
     v = pview()
-    got = W.make_view(wp._encode_view(v))
+    got = W.make_view(wp.view(v))
     for op in (lambda x: x[0], lambda x: list(x), lambda x: len(x)):
         with pytest.raises(TypeError):
             op(v)

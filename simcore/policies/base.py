@@ -98,6 +98,8 @@ def parse_retention(obj: Any) -> RetentionDecision:
     """Validate a retention decision against the schema in this module's docstring."""
     if obj is None:
         return _NONE
+    if type(obj) is RetentionDecision:  # already parsed (a sandboxed policy's proxy does)
+        return obj
     if isinstance(obj, str):
         d = _SIMPLE.get(obj)
         if d is None:

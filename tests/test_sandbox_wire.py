@@ -1,0 +1,111 @@
+"""What crosses the pipe: only the observation fields a candidate's source can read, and one
+CPU shared by the simulator thread and its worker for the length of a run."""
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pytest
+
+from sandbox import worker as W
+from sandbox.client import ViewEncoder, load_sandboxed_policy
+from sandbox.gate import check_source
+from simcore.policies.registry import policy_class_from_source
+from simcore.sim import simulate
+from tests.test_sandbox_worker import pview, sig
+
+
+def wire_of(body: str, axis: str = "scheduling") -> dict:
+    base = {"scheduling": "SchedulingPolicy", "retention": "RetentionPolicy", "routing": "RoutingPolicy"}[axis]
+    return W.select_fields(check_source(f"class P({base}):\n" + textwrap.indent(body, "    "), axis).observed_names)
+
+
+def test_only_named_fields_are_sent():
+    w = wire_of("def priority(self, pcb, now):\n    return int(pcb.attained_service_s)\n")
+    assert w == {"view": ["program_id", "attained_service_s"], "hist": [], "inst": [], "signals": None}
+
+
+def test_derived_members_bring_the_fields_they_read():
+    w = wire_of("def priority(self, pcb, now):\n"
+                "    g = pcb.gap_elapsed_s(now)\n"
+                "    return sum(i.inflight for i in self.signals.instances) + len(pcb.returned_tool_names)\n")
+    assert w["view"] == ["program_id", "gap_started_s"] and w["hist"] == ["returned_tool_names"]
+    assert w["inst"] == ["running", "waiting"] and w["signals"] == ["instances"]
+
+
+@pytest.mark.parametrize("expr", ["repr(pcb)", "str(pcb)", "ascii(pcb)", "hash(pcb)", "f'{pcb}'",
+                                  "'%s' % (pcb,)"])
+def test_whole_view_text_or_hash_sends_everything(expr: str):
+    """Text and hashes of a view must be what they are in-process, so all fields go."""
+    w = wire_of(f"def priority(self, pcb, now):\n    return len({expr})\n")
+    assert w == W.select_fields(None)
+    assert w["view"] + w["hist"] == list(W.VIEW_FIELDS)
+
+
+def test_arithmetic_modulo_keeps_the_selection():
+    w = wire_of("def priority(self, pcb, now):\n    return pcb.turn_index % 2\n")
+    assert w["view"] == ["program_id", "turn_index"]
+
+
+def test_unsent_fields_do_not_exist_in_the_worker_view():
+    """A field left out is absent, not a made-up value."""
+    wire = W.select_fields(frozenset({"context_tokens", "completed_output_tokens"}))
+    enc = ViewEncoder(wire)
+    W.configure(wire)
+    try:
+        W._HISTORY.clear()
+        v = pview(k=3)
+        got = W.make_view(enc.view(v))
+        assert got.context_tokens == v.context_tokens and got.completed_output_tokens == v.completed_output_tokens
+        with pytest.raises(AttributeError):
+            got.attained_service_s  # noqa: B018
+        assert repr(got) == ("ProgramView(program_id='swe-0001', context_tokens=5000, "
+                             "completed_output_tokens=(100, 100, 100))")
+        s = W.make_signals(enc.signals(sig(), 8.0))
+        assert s._fields == () and len(enc.signals(sig(), 8.0)) == 0
+    finally:
+        W.configure(W.select_fields())
+        W._HISTORY.clear()
+
+
+HISTORY_AND_SIGNALS = '''
+class P(SchedulingPolicy):
+    def priority(self, pcb, now):
+        busy = sum(i.inflight for i in self.signals.instances)
+        tail = pcb.returned_tool_durations[-3:]
+        g = pcb.gap_elapsed_s(now) or 0.0
+        return int(1000 * sum(tail)) + busy + int(g) + len(pcb.completed_output_tokens)
+'''
+
+
+def test_selected_fields_make_the_same_decisions_as_in_process():
+    cls = policy_class_from_source(HISTORY_AND_SIGNALS, "scheduling")
+    log_a: list = []
+    simulate("rtx70b_swe10_0.1", decision_log=log_a, scheduling=cls())
+    pol = load_sandboxed_policy(HISTORY_AND_SIGNALS, "scheduling")
+    assert pol._worker.enc.wire["view"] == ["program_id", "gap_started_s"]
+    try:
+        log_b: list = []
+        simulate("rtx70b_swe10_0.1", decision_log=log_b, scheduling=pol)
+    finally:
+        pol.close()
+    assert log_a == log_b and len(log_a) > 100
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity on this platform")
+def test_session_pins_thread_and_worker_then_restores():
+    pol = load_sandboxed_policy("class P(SchedulingPolicy):\n    def priority(self, pcb, now):\n"
+                                "        return pcb.turn_index\n", "scheduling")
+    before = os.sched_getaffinity(0)
+    try:
+        with pol.session():
+            inside = os.sched_getaffinity(0)
+            if pol._worker.pinned:  # sched_getcpu exists here
+                assert len(inside) == 1 and os.sched_getaffinity(pol._worker.proc.pid) == inside
+            pol.bind(sig())
+            assert pol.priority(pview(k=4), 1.0) == 4
+        assert os.sched_getaffinity(0) == before and not pol._worker.pinned
+        simulate("rtx70b_swe10_0.1", scheduling=pol)  # simulate enters the session itself
+        assert os.sched_getaffinity(0) == before
+    finally:
+        pol.close()
