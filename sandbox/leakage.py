@@ -16,6 +16,7 @@ nondeterministic rather than leaking.
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -140,7 +141,8 @@ def _describe(e: tuple) -> str:
 def check_leakage(factory: PolicyFactory, axis: str, cell: Cell | str, programs: Sequence[Program], *,
                   seed: int | None = None, cuts: Sequence[float] = (0.25, 0.5, 0.75), rng_seed: int = 0,
                   view_hook: Any = None, simulate_fn: Any = None) -> LeakReport:
-    """Run the counterfactual test; `cuts` are fractions of the baseline's decision span.
+    """Run the counterfactual test; `cuts` are fractions of the baseline's decision span
+    (each moved to just after the first of the axis's decisions at or after it).
 
     `view_hook` (tests only) is passed to the simulator to build deliberately leaky views
     for the positive control.
@@ -187,11 +189,17 @@ def check_leakage(factory: PolicyFactory, axis: str, cell: Cell | str, programs:
                           2, 0, 0)
     rel, fin = _reveal_times(base_res)
     t0, t1 = mine[0][0], mine[-1][0]
+    times = sorted({e[0] for e in mine})
     rng = np.random.default_rng([rng_seed, 0x1EA4])
     compared = perturbed = 0
     runs = 2
     for frac in cuts:
-        cut = t0 + frac * (t1 - t0)
+        # Cut right after one of the axis's decisions: the values that decision may not see
+        # (its call's output length, its tool's duration, the next prompt) are then still
+        # hidden and get perturbed. A cut at an arbitrary instant often falls where no
+        # program of a small cell has a tool running, and an oracle reading the running
+        # tool's duration would go unseen.
+        cut = math.nextafter(times[min(bisect.bisect_left(times, t0 + frac * (t1 - t0)), len(times) - 1)], math.inf)
         progs2, n, reveals = perturb_future(programs, rel, fin, cut, cell.kv_pool_tokens, rng)
         if n == 0:
             continue

@@ -160,3 +160,14 @@ def test_routing_is_checked_on_two_instances_even_on_a_one_instance_cell():
     assert CELL.instances == 1
     rep = check_leakage(lambda _p: LeakyRoute(), "routing", CELL, PROGRAMS, view_hook=leaky_hook)
     assert not rep.ok and "select" in rep.reason
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("oracle", [OracleToolTTL, OracleNextPrompt])
+def test_in_flight_oracles_are_caught_on_any_draw(oracle, seed: int):
+    """Cuts sit just after a decision, so the value that decision must not see (the running
+    tool's duration, the next prompt) is always among the perturbed ones: catching an oracle
+    does not depend on a cut happening to fall inside a tool gap."""
+    programs = cell_programs(CELL, seed)
+    rep = check_leakage(lambda _p: oracle(), "retention", CELL, programs, seed=seed, view_hook=leaky_hook)
+    assert not rep.ok and rep.reason.startswith("leaks future information"), rep.reason
