@@ -15,6 +15,10 @@ consecutive programs holds exactly one quantile from each of `strata` equal slic
 grows with the square of the call counts, so with independent draws the 50-program total
 would have a 19 % standard deviation around the published 38.7 M tokens; one draw per
 slice holds it to 2 % while any single program is still a random draw.
+
+Order: the paper's smaller cells are prefixes of its 50-program trace, which starts with
+short programs (configs/workloads/generators.yaml, `short_first`); `_order` moves whole
+programs within a block, so a block is the same programs in any order.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simcore.config import load_yaml
 from simcore.workload import Call, Program, WorkloadError
@@ -62,9 +66,17 @@ class LongTail(_Strict):
     mean_excess_s: float = Field(ge=0)
 
 
+class ShortFirst(_Strict):
+    """The first `programs` of each block take their size from the lowest `of_strata` slices
+    (a trace whose first programs are short ones; 0 programs = no such order)."""
+    programs: int = Field(ge=0)
+    of_strata: int = Field(gt=0)
+
+
 class SweParams(_Strict):
     description: str = ""
     strata: int = Field(gt=0)
+    short_first: ShortFirst = ShortFirst(programs=0, of_strata=1)
     calls: LogNormal
     initial_prompt_tokens: LogNormal
     output_tokens: LogNormal
@@ -72,6 +84,14 @@ class SweParams(_Strict):
     context_cap_tokens: int = Field(gt=0)
     tools: dict[str, ToolSpec]
     long_tail: LongTail
+
+    @model_validator(mode="after")
+    def _short_first_fits(self) -> "SweParams":
+        sf = self.short_first
+        if not sf.programs <= sf.of_strata <= self.strata:
+            raise ValueError(f"short_first needs programs <= of_strata <= strata ({self.strata}), "
+                             f"got programs={sf.programs}, of_strata={sf.of_strata}")
+        return self
 
 
 class BfclParams(_Strict):
@@ -149,6 +169,14 @@ def _bfcl_records(path: str) -> tuple[tuple[tuple[int, tuple[str, ...]], ...], .
     return tuple(out[i] for i in order)
 
 
+def _block(seed: int, family: str, block: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+    """Block b's slice per position (a permutation of range(block)) and jitter per position."""
+    rng = np.random.default_rng([seed, _tag(family), 0x57A7, b])
+    weyl = np.mod(rng.random() + np.arange(block) * _PHI_FRAC, 1.0)
+    slot = np.argsort(np.argsort(weyl, kind="stable"), kind="stable")
+    return slot, rng.random(block)
+
+
 def _quantiles(n: int, seed: int, family: str, block: int) -> np.ndarray:
     """Stratified quantiles: each block of `block` programs takes one point in each of
     `block` equal slices of (0, 1), jittered inside its slice. The slices are visited in the
@@ -156,14 +184,27 @@ def _quantiles(n: int, seed: int, family: str, block: int) -> np.ndarray:
     block (a 30-program cell out of 50) is itself spread evenly over (0, 1)."""
     out = np.empty(n)
     for b in range(-(-n // block)):
-        rng = np.random.default_rng([seed, _tag(family), 0x57A7, b])
-        weyl = np.mod(rng.random() + np.arange(block) * _PHI_FRAC, 1.0)
-        slot = np.argsort(np.argsort(weyl, kind="stable"), kind="stable")
-        jitter = rng.random(block)
+        slot, jitter = _block(seed, family, block, b)
         lo = b * block
         m = min(block, n - lo)
         out[lo:lo + m] = (slot[:m] + jitter[:m]) / block
     return np.clip(out, 1e-9, 1.0 - 1e-9)
+
+
+def _order(n: int, seed: int, family: str, block: int, short_first: ShortFirst | None) -> list[int]:
+    """Which draw sits at each of the first n positions. Unordered: draw i at position i.
+    With short_first, each block's first `programs` positions take the block's first draws
+    (in draw order) whose size slice is below `of_strata`, and the rest follow in draw order:
+    the block is the same programs, reordered, so only shorter prefixes change."""
+    if short_first is None or not short_first.programs:
+        return list(range(n))
+    out: list[int] = []
+    for b in range(-(-n // block)):
+        slot, _ = _block(seed, family, block, b)
+        front = [i for i in range(block) if slot[i] < short_first.of_strata][:short_first.programs]
+        taken = set(front)
+        out += [b * block + i for i in front + [i for i in range(block) if i not in taken]]
+    return out[:n]
 
 
 def _tag(family: str) -> int:
@@ -175,7 +216,7 @@ def _lognormal(rng: np.random.Generator, d: LogNormal, size: int | None = None) 
     return np.clip(np.rint(x), d.min, d.max)
 
 
-def _swe_program(i: int, u: float, seed: int, kind: str, p: SweParams) -> Program:
+def _swe_program(i: int, u: float, seed: int, kind: str, p: SweParams, position: int | None = None) -> Program:
     rng = np.random.default_rng([seed, _tag("swe"), i])
     c = p.calls
     n = int(np.clip(round(c.median * math.exp(c.sigma * _STD_NORMAL.inv_cdf(u))), c.min, c.max))
@@ -207,8 +248,9 @@ def _swe_program(i: int, u: float, seed: int, kind: str, p: SweParams) -> Progra
             dur = min(dur, p.long_tail.min_s) if p.long_tail.p > 0 else dur
         calls.append(Call(prompt, int(outs[k]), names[which[k]], float(dur)))
         prompt = min(cap, prompt + int(outs[k]) + int(obs[k]))
-    meta = {"generator": kind, "seed": seed, "index": i}
-    return Program(f"swe-{i:04d}", tuple(calls), meta)
+    pos = i if position is None else position
+    meta = {"generator": kind, "seed": seed, "index": pos, "draw": i}
+    return Program(f"swe-{pos:04d}", tuple(calls), meta)
 
 
 def _bfcl_program(i: int, u: float, seed: int, kind: str, p: BfclParams, records) -> Program:
@@ -253,9 +295,11 @@ def generate(kind: str, n: int, seed: int, config_path: str | Path | None = None
     cfg = str(config_path) if config_path is not None else None
     params = load_params(kind, cfg)
     family = _KINDS[kind][1]
-    us = _quantiles(n, seed, family, params.strata)
     if isinstance(params, SweParams):
-        return [_swe_program(i, float(us[i]), seed, kind, params) for i in range(n)]
+        order = _order(n, seed, family, params.strata, params.short_first)
+        us = _quantiles(max(order) + 1, seed, family, params.strata)
+        return [_swe_program(j, float(us[j]), seed, kind, params, k) for k, j in enumerate(order)]
+    us = _quantiles(n, seed, family, params.strata)
     base = Path(cfg).parent if cfg else _config_dir()
     records = _bfcl_records(str(base / params.structure_file))
     return [_bfcl_program(i, float(us[i]), seed, kind, params, records) for i in range(n)]

@@ -118,6 +118,43 @@ def test_bad_program_count(n) -> None:
         generate("swe", n, 0)
 
 
+def _swe(n: int, seed: int, short_first: dict | None, tmp_path) -> list:
+    import yaml
+
+    from simcore.generators import _config_dir
+    cfg = yaml.safe_load((_config_dir() / "generators.yaml").read_text())
+    if short_first is not None:
+        cfg["swe"]["short_first"] = short_first
+    path = tmp_path / f"generators-{abs(hash(repr(short_first)))}.yaml"  # parameters are cached by path
+    path.write_text(yaml.safe_dump(cfg))
+    return generate("swe", n, seed, config_path=path)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_short_first_reorders_a_block_without_changing_it(seed: int, tmp_path) -> None:
+    """The first 10 programs of a block come from its lowest 20 of 50 size strata; the block
+    holds exactly the programs of the unordered trace, so 50-program totals (and every
+    statistic above) are untouched, and prefixes stay prefixes."""
+    ordered = _swe(100, seed, None, tmp_path)
+    plain = _swe(100, seed, {"programs": 0, "of_strata": 1}, tmp_path)
+    sizes = [len(p.calls) for p in ordered]
+    for b in (0, 50):
+        assert sorted(repr(p.calls) for p in ordered[b:b + 50]) == sorted(repr(p.calls) for p in plain[b:b + 50])
+        rank = sorted(sizes[b:b + 50])
+        assert max(sizes[b:b + 10]) <= rank[20]          # from the 20 lowest strata
+        assert [p.calls for p in ordered[b:b + 10]] != [p.calls for p in plain[b:b + 10]]
+    assert np.mean(sizes[:10]) < 0.7 * np.mean(sizes[:50])
+    assert [p.program_id for p in ordered] == [f"swe-{i:04d}" for i in range(100)]
+    assert [p.calls for p in _swe(30, seed, None, tmp_path)] == [p.calls for p in ordered[:30]]
+
+
+def test_short_first_must_fit_the_strata(tmp_path) -> None:
+    with pytest.raises(WorkloadError, match="short_first"):
+        _swe(5, 0, {"programs": 30, "of_strata": 20}, tmp_path)
+    with pytest.raises(WorkloadError, match="short_first"):
+        _swe(5, 0, {"programs": 10, "of_strata": 60}, tmp_path)
+
+
 def test_broken_parameter_file_is_one_line_error(tmp_path) -> None:
     bad = tmp_path / "generators.yaml"
     bad.write_text("swe:\n  calls: {median: -1, sigma: 0.5, min: 1, max: 10}\n")
@@ -132,6 +169,8 @@ def test_broken_parameter_file_is_one_line_error(tmp_path) -> None:
 
 @pytest.mark.parametrize("cell,kind,n,published", [
     ("rtx70b_swe_0.02", None, None, 3726.0),      # paper Table 1 cell, stock mean JCT (DESIGN §2)
+    ("rtx70b_swe_0.1", None, None, 2540.0),       # the search target cell, 30 programs
+    ("rtx70b_swe10_0.02", None, None, 171.0),     # 10 programs at 0.02 JPS
     ("b200_8b_swe20_0.06", None, None, 53.0),     # B200 8B SWE, 20 programs at 0.06 JPS
     ("b200_8b_bfcl_0.06", "bfcl", 20, 11.3),      # B200 8B BFCL, 20 programs
 ])
