@@ -516,8 +516,8 @@ class _Proxy:
     def close(self) -> None:
         self._worker.close()
 
-    def session(self) -> Any:
-        """Entered by the simulator around a run (see WorkerProcess.session)."""
+    def simulation_run(self) -> Any:
+        """Entered by simulate() around a run (see WorkerProcess.session)."""
         return self._worker.session()
 
     def flush(self) -> None:

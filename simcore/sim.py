@@ -177,9 +177,9 @@ def simulate(cell: Cell | str, programs: Sequence[Program] | None = None, retent
                      decision_log, view_hook)
     with contextlib.ExitStack() as stack:
         for p in {id(p): p for p in pol.values()}.values():  # one object may serve two axes
-            session = getattr(p, "session", None)
-            if callable(session):  # e.g. a sandboxed policy pins its worker for the run
-                stack.enter_context(session())
+            run_ctx = getattr(p, "simulation_run", None)
+            if callable(run_ctx):  # optional (policies/base.py); a sandboxed policy pins its worker
+                stack.enter_context(run_ctx())
         sim.run()
     unfinished = [p.program_id for p in sim.orch.pcbs if p.finished_s is None]
     if unfinished:

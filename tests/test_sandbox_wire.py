@@ -98,14 +98,14 @@ def test_session_pins_thread_and_worker_then_restores():
                                 "        return pcb.turn_index\n", "scheduling")
     before = os.sched_getaffinity(0)
     try:
-        with pol.session():
+        with pol.simulation_run():
             inside = os.sched_getaffinity(0)
             if pol._worker.pinned:  # sched_getcpu exists here
                 assert len(inside) == 1 and os.sched_getaffinity(pol._worker.proc.pid) == inside
             pol.bind(sig())
             assert pol.priority(pview(k=4), 1.0) == 4
         assert os.sched_getaffinity(0) == before and not pol._worker.pinned
-        simulate("rtx70b_swe10_0.1", scheduling=pol)  # simulate enters the session itself
+        simulate("rtx70b_swe10_0.1", scheduling=pol)  # simulate enters simulation_run itself
         assert os.sched_getaffinity(0) == before
     finally:
         pol.close()

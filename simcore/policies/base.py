@@ -11,6 +11,10 @@ Retention decisions, returned by `on_turn_complete` / `on_turn_arrival`:
     "evict"                             drop the KV now
     "offload"                           move the KV to the host-memory tier now
     None / "none"                       no change
+A returned `RetentionDecision` (what parse_retention makes of the above) is accepted too.
+
+Optional: a policy with a `simulation_run()` method returning a context manager is run
+inside it for each simulate() call (a sandboxed policy pins its worker there).
 """
 from __future__ import annotations
 
