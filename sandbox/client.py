@@ -24,7 +24,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import weakref
 from importlib import resources
@@ -36,6 +35,7 @@ from simcore.config import EngineArgs
 from simcore.policies.base import (RetentionPolicy, RoutingPolicy, SchedulingPolicy, parse_instance,
                                    parse_priority, parse_retention)
 
+from . import cpus
 from . import worker as _w
 from .errors import SandboxViolation
 from .gate import check_source
@@ -65,25 +65,7 @@ def _getcpu_fn() -> Any:
 
 
 _getcpu = _getcpu_fn()
-_CLAIMED: collections.Counter = collections.Counter()  # CPU -> sessions pinned there now
-_CLAIM_LOCK = threading.Lock()
-
-
-def _claim_cpu(mask: set[int]) -> int:
-    """A CPU for a new session: the least claimed by this process's sessions in `mask`,
-    preferring the one this thread runs on (other processes are busy on the others)."""
-    here = _getcpu()
-    with _CLAIM_LOCK:
-        cpu = min(sorted(mask), key=lambda c: (_CLAIMED[c], c != here))
-        _CLAIMED[cpu] += 1
-    return cpu
-
-
-def _release_cpu(cpu: int) -> None:
-    with _CLAIM_LOCK:
-        _CLAIMED[cpu] -= 1
 _WORKER_SOURCE: str | None = None
-
 
 # Answers the worker writes most often, decoded without the JSON parser (see _recv).
 _SIMPLE_ANSWERS = {b'"release"': "release", b'"evict"': "evict", b'"offload"': "offload",
@@ -420,41 +402,36 @@ class WorkerProcess:
 
     @contextlib.contextmanager
     def session(self) -> Any:
-        """One simulation: pin the calling thread and the worker to one CPU, and on the way
-        out read every pipelined answer and give the thread its CPUs back.
+        """One simulation: pin the calling thread and the worker to one free CPU (sandbox.cpus),
+        and on the way out read every pipelined answer and give the thread its CPUs back.
 
         Parent and worker never run at once (each waits for the other), so one CPU loses
         nothing, and a wakeup on the same CPU skips waking an idle core (~50-100 us on small
         VMs). Without the thread pinned, the kernel wakes the parent on the other core after
         nearly every answer and the worker must be moved after it.
         """
-        if self.pinned or _getcpu is None:
-            yield self
-            self.flush()
-            return
-        try:
-            mask = os.sched_getaffinity(0)
-            cpu = _claim_cpu(mask)
-        except OSError:
-            yield self
-            self.flush()
-            return
-        try:
-            os.sched_setaffinity(0, (cpu,))
-            os.sched_setaffinity(self.proc.pid, (cpu,))
-            self._cpu, self.pinned = cpu, True
-        except OSError:
-            pass
+        held = None
+        if not self.pinned and _getcpu is not None:
+            try:
+                mask = os.sched_getaffinity(0)
+                held = cpus.claim(mask, _getcpu())
+                if held is not None:
+                    os.sched_setaffinity(0, (held.cpu,))
+                    os.sched_setaffinity(self.proc.pid, (held.cpu,))
+                    self._cpu, self.pinned = held.cpu, True
+            except OSError:
+                pass
         try:
             yield self
             self.flush()
         finally:
-            self.pinned, self._cpu = False, -1
-            _release_cpu(cpu)
-            try:
-                os.sched_setaffinity(0, mask)
-            except OSError:
-                pass
+            if held is not None:
+                self.pinned, self._cpu = False, -1
+                held.release()
+                try:
+                    os.sched_setaffinity(0, mask)
+                except OSError:
+                    pass
 
     # ----------------------------------------------------------------- lifecycle
     @staticmethod

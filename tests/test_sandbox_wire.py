@@ -109,3 +109,24 @@ def test_session_pins_thread_and_worker_then_restores():
         assert os.sched_getaffinity(0) == before
     finally:
         pol.close()
+
+
+def test_cpu_claims_are_exclusive_across_threads_and_processes(tmp_path):
+    import subprocess
+    import sys
+
+    from sandbox import cpus
+    path = lambda c: str(tmp_path / f"cpu{c}.lock")  # noqa: E731
+    a = cpus.claim({0, 1}, here=1, lock_path=path)
+    assert a is not None and a.cpu == 1                      # the current CPU first
+    b = cpus.claim({0, 1}, here=1, lock_path=path)
+    assert b is not None and b.cpu == 0                      # then a free one
+    assert cpus.claim({0, 1}, here=0, lock_path=path) is None  # none free: do not pin
+    code = ("import sys; from sandbox import cpus; "
+            f"c = cpus.claim({{0}}, 0, lambda c: {str(tmp_path)!r} + '/cpu%d.lock' % c); "
+            "sys.exit(0 if c is None else 1)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0   # held by this process
+    b.release()
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 1   # released: free again
+    a.release()
+    a.release()  # idempotent
