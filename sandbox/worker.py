@@ -28,6 +28,7 @@ carry only the fields named by "wire" (select_fields: those the candidate's sour
 """
 import json
 import marshal
+from _collections import _tuplegetter
 import os
 import sys
 
@@ -116,7 +117,9 @@ class _View(tuple):
 def _make_view_class(name, fields, extra=None):
     ns = {"__slots__": (), "_fields": fields}
     for i, f in enumerate(fields):
-        ns[f] = property(lambda self, i=i: tuple.__getitem__(self, i))
+        # namedtuple's C field descriptor: reads slot i directly (not through the refused
+        # __getitem__), refuses assignment, and costs no Python frame per field read
+        ns[f] = _tuplegetter(i, None)
     ns.update(extra or {})
     return type(name, (_View,), ns)
 
@@ -574,6 +577,13 @@ class FrameReader:
 
     def next(self):
         """The next frame's data, blocking for it; None at end of input."""
+        if not self.buf:  # the usual case: one read brings exactly one frame
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return None
+            if len(chunk) >= 4 and len(chunk) == 4 + int.from_bytes(chunk[:4], "little"):
+                return marshal.loads(memoryview(chunk)[4:])
+            self.buf += chunk
         while not self._whole():
             chunk = os.read(self.fd, 1 << 16)
             if not chunk:
