@@ -31,8 +31,9 @@ def _lock_path(cpu: int) -> str:
     return os.path.join(tempfile.gettempdir(), f"agentservesim-cpu{cpu}.lock")
 
 
-def claim(mask: set[int], here: int | None, lock_path: Callable[[int], str] = _lock_path) -> Claim | None:
+def claim(mask: set[int], here: int | None, lock_path: Callable[[int], str] | None = None) -> Claim | None:
     """Claim a free CPU of `mask`, trying `here` (the CPU this thread runs on) first."""
+    lock_path = lock_path or _lock_path
     for cpu in sorted(mask, key=lambda c: (c != here, c)):
         try:
             # read-only is enough for flock, so a lock file another user created still works
