@@ -32,8 +32,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from simcore.config import EngineArgs
-from simcore.policies.base import (RetentionPolicy, RoutingPolicy, SchedulingPolicy, parse_instance,
-                                   parse_priority, parse_retention)
+from simcore.policies.base import (PRIORITY_MAX, PRIORITY_MIN, RetentionPolicy, RoutingPolicy, SchedulingPolicy,
+                                   parse_instance, parse_priority, parse_retention)
 
 from . import cpus
 from . import worker as _w
@@ -123,6 +123,9 @@ def _frame(obj: Any) -> bytes:
     """Parent -> worker framing (see sandbox/worker.py): length + marshal of plain data."""
     body = _mdumps(obj)
     return len(body).to_bytes(4, "little") + body
+
+
+_SYNC = ["y", 0.0, [""], None, None]  # a call answered [1,0] once every posted call before it ran
 
 
 def _worker_source() -> str:
@@ -216,8 +219,8 @@ class WorkerProcess:
         self.pinned = False  # True inside session(): parent thread and worker share one CPU
         self.enc = ViewEncoder(wire)
         wire = self.enc.wire
-        self._pending: collections.deque[tuple[str, Any]] = collections.deque()
-        self._outbox: list[bytes] = []
+        self._wired_signals = wire["signals"] is not None  # the candidate reads self.signals
+        self._outbox: list[list] = []  # posted calls not sent yet
         self._cwd = tempfile.mkdtemp(prefix="agentservesim-sandbox-")
         os.chmod(self._cwd, 0o555)  # empty and read-only: nothing to read, nowhere to write
         cfg = {"ppid": os.getpid(), "cpu_s": max(1, math.ceil(cpu_budget_s)),
@@ -239,8 +242,9 @@ class WorkerProcess:
         self._poll_out.register(self._out, select.POLLOUT)
         _LIVE.add(self)
         self._finalizer = weakref.finalize(self, WorkerProcess._reap, self.proc, self._cwd)
-        msg = _frame({"source": source, "axis": axis, "wire": wire})
-        info = self._roundtrip(msg, load_timeout_s, "loading the policy")
+        self._send(_frame({"source": source, "axis": axis, "wire": wire}), time.monotonic() + load_timeout_s,
+                   load_timeout_s, "loading the policy")
+        info = self._recv(time.monotonic() + load_timeout_s, load_timeout_s, "loading the policy")
         if not isinstance(info, dict):
             self._fail("worker sent a malformed load reply")
         self.info: dict[str, Any] = info
@@ -270,49 +274,36 @@ class WorkerProcess:
             return f"worker was killed by signal {signal.Signals(-rc).name} while {what}"
         return f"worker exited unexpectedly (code {rc}) while {what}"
 
-    def _roundtrip(self, msg: bytes, timeout_s: float, what: str) -> Any:
-        """Send one request and wait for its answer (after any pipelined ones)."""
+    def _roundtrip(self, call: list, timeout_s: float, what: str) -> Any:
+        """Send one call, with every posted call before it, in one frame; wait for its answer."""
         if self.dead is not None:
             raise SandboxViolation(f"policy worker is stopped: {self.dead}")
-        pending = self._pending
-        deadline = time.monotonic() + timeout_s * (1 + len(pending))
-        if self._outbox:  # pipelined calls travel with this one: one wakeup for all
-            self._outbox.append(msg)
-            msg = b"".join(self._outbox)
-            self._outbox.clear()
-        self._send(msg, deadline, timeout_s, what)
-        while pending:  # the worker answers in order: pipelined calls first
-            hook, expected = pending.popleft()
-            got = self._recv(deadline, timeout_s, f"{_w._HOOK_NAMES[hook]} (pipelined)")
-            if _norm(got) != _norm(expected):
-                self._fail(f"{_w._HOOK_NAMES[hook]} returned {got!r}, but its code can only return {expected!r}")
+        deadline = time.monotonic() + timeout_s
+        calls = self._outbox
+        if calls:  # posted calls travel with this one: one frame, one wakeup for all
+            deadline += self.decision_timeout_s * len(calls)
+            what = f"{what} (or a posted call before it)"
+            calls.append(call)
+            self._outbox = []
+        else:
+            calls = [call]
+        self._send(_frame(calls), deadline, timeout_s, what)
+        # A posted call writes nothing unless it fails, and then its failure line comes first.
         return self._recv(deadline, timeout_s, what)
 
     def flush(self) -> None:
-        """Read and check every pipelined answer."""
-        pending = self._pending
-        if not pending or self.dead is not None:
-            return
-        deadline = time.monotonic() + self.decision_timeout_s * len(pending)
-        if self._outbox:
-            msg = b"".join(self._outbox)
-            self._outbox.clear()
-            self._send(msg, deadline, self.decision_timeout_s, "pipelined calls")
-        while pending:
-            hook, expected = pending.popleft()
-            got = self._recv(deadline, self.decision_timeout_s, f"{_w._HOOK_NAMES[hook]} (pipelined)")
-            if _norm(got) != _norm(expected):
-                self._fail(f"{_w._HOOK_NAMES[hook]} returned {got!r}, but its code can only return {expected!r}")
+        """Run every posted call now and raise on the first failure (a sync round trip)."""
+        if self._outbox and self.dead is None:
+            self._roundtrip(_SYNC, self.decision_timeout_s, "sync")
 
     def post(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any, expected: Any) -> None:
-        """Queue a call whose answer is known (`expected`) without waiting for it: it is sent
-        with the next waited-for call (or by flush()), and its answer is read and checked
-        before that call's (see sandbox.gate.hook_answers)."""
+        """Queue a call whose answer is known (`expected`, see sandbox.gate.hook_answers)
+        without waiting for it: it travels with the next waited-for call (or flush()), and
+        the worker writes back only a failure, or an answer other than `expected`."""
         if self.dead is not None:
             raise SandboxViolation(f"policy worker is stopped: {self.dead}")
-        self._outbox.append(self._message(hook, now, pcb, extra, signals))
-        self._pending.append((hook, expected))
-        if len(self._pending) >= MAX_PIPELINED:
+        self._outbox.append(self._message(hook.upper(), now, pcb, _plain(expected), signals))
+        if len(self._outbox) >= MAX_PIPELINED:
             self.flush()
 
     def _send(self, msg: bytes, deadline: float, timeout_s: float, what: str) -> None:
@@ -332,7 +323,20 @@ class WorkerProcess:
 
     def _recv(self, deadline: float, timeout_s: float, what: str) -> Any:
         buf = self._buf
-        while True:
+        line = None
+        if not buf:  # the usual case: the worker ran during our write and left one line
+            try:
+                chunk = os.read(self._in, 1 << 16)
+            except BlockingIOError:
+                chunk = None
+            if chunk is not None:
+                if not chunk:
+                    self._fail(self._exit_reason(what))
+                if chunk.find(b"\n") == len(chunk) - 1:
+                    line = chunk[:-1]
+                else:
+                    buf += chunk
+        while line is None:
             i = buf.find(b"\n")
             if i >= 0:
                 line = bytes(buf[:i])
@@ -372,22 +376,17 @@ class WorkerProcess:
 
     def call(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any) -> Any:
         """One hook call; returns the raw JSON-decoded value (validated by the caller)."""
-        msg = self._message(hook, now, pcb, extra, signals)
-        return self._roundtrip(msg, self.decision_timeout_s, _w._HOOK_NAMES[hook])
+        return self._roundtrip(self._message(hook, now, pcb, extra, signals), self.decision_timeout_s,
+                               _w._HOOK_NAMES[hook])
 
-    def _message(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any) -> bytes:
+    def _message(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any) -> list:
+        """One call as plain data: [hook, now, view row, extra, signals row or None if unchanged]."""
         sig = None
-        enc = self.enc
-        if enc.wire["signals"] is None:
-            pass  # the candidate never reads self.signals
-        elif signals is not None and signals is not self._last_sig:
-            sig = enc.signals(signals, now)
+        if signals is not self._last_sig and self._wired_signals:  # else: unchanged, or never read
+            sig = self.enc.signals(signals, now)
             self._last_sig = signals
-        elif signals is None and self._last_sig is not None:
-            sig = enc.signals(None, now)
-            self._last_sig = None
         self.calls += 1
-        if _getcpu is not None and not self.pinned:
+        if not self.pinned and _getcpu is not None:
             # Keep the worker on the CPU the parent runs on: the two never run at the same
             # time (each waits for the other), and a same-CPU wakeup avoids waking an idle
             # core, which costs ~100 us per call on small VMs.
@@ -398,7 +397,7 @@ class WorkerProcess:
                     os.sched_setaffinity(self.proc.pid, (cpu,))
                 except OSError:
                     pass
-        return _frame([hook, _plain(now), enc.view(pcb), extra, sig])
+        return [hook, now if type(now) is float else _plain(now), self.enc.view(pcb), extra, sig]
 
     @contextlib.contextmanager
     def session(self) -> Any:
@@ -513,7 +512,9 @@ class SandboxedRetention(_Proxy, RetentionPolicy):
     def on_turn_complete(self, pcb: Any, request_id: str, now: float) -> Any:
         raw = self._const.get("on_turn_complete", _NO)
         if raw is _NO:
-            raw = self._worker.call("c", now, pcb, str(request_id), self._sig())
+            w = self._worker
+            raw = w._roundtrip(w._message("c", now, pcb, str(request_id), self.__dict__.get("signals")),
+                               w.decision_timeout_s, "on_turn_complete")
         return _retention(raw, self._worker, "on_turn_complete")
 
     def on_turn_arrival(self, pcb: Any, now: float) -> Any:
@@ -521,7 +522,7 @@ class SandboxedRetention(_Proxy, RetentionPolicy):
         if raw is _NO:
             raw = self._post.get("on_turn_arrival", _NO)
             if raw is not _NO:
-                self._worker.post("a", now, pcb, None, self._sig(), raw)
+                self._worker.post("a", now, pcb, None, self.__dict__.get("signals"), raw)
             else:
                 raw = self._worker.call("a", now, pcb, None, self._sig())
         return _retention(raw, self._worker, "on_turn_arrival")
@@ -531,7 +532,11 @@ class SandboxedScheduling(_Proxy, SchedulingPolicy):
     def priority(self, pcb: Any, now: float) -> int:
         raw = self._const.get("priority", _NO)
         if raw is _NO:
-            raw = self._worker.call("p", now, pcb, None, self._sig())
+            w = self._worker
+            raw = w._roundtrip(w._message("p", now, pcb, None, self.__dict__.get("signals")),
+                               w.decision_timeout_s, "priority")
+        if type(raw) is int and PRIORITY_MIN <= raw <= PRIORITY_MAX:
+            return raw  # what parse_priority would return, without the call
         try:
             return parse_priority(raw)
         except Exception as e:  # noqa: BLE001 - PolicyError and anything odd in the value

@@ -21,11 +21,16 @@ plain data (str/int/float/bool/None/list/tuple/dict); the parent is trusted and 
 5x faster than json here. Worker -> parent: one JSON value per line, because the parent
 must parse what untrusted code produced (never pickle, never marshal, in that direction).
   parent -> {"source", "axis", "wire"}                   worker -> [1, info] | [0, reason]
-  parent -> [hook, now, pcb_row, extra, signals|None]    worker -> [1, value] | [0, reason]
-where hook is "c" (on_turn_complete, extra = request_id), "a" (on_turn_arrival),
-"p" (priority) or "s" (select, extra = instance rows); signals None = unchanged. Rows
-carry only the fields named by "wire" (select_fields: those the candidate's source can read).
+  parent -> [call, ...], call = [hook, now, pcb_row, extra, signals|None]
+                                                         worker -> [1, value] | [0, reason]
+One frame per round trip: the last call is waited for; calls before it are *posted* (hook
+"A": on_turn_arrival whose answer the parent knows, extra = that answer) and get no line
+unless they fail. Hooks: "c" (on_turn_complete, extra = request_id), "a" (on_turn_arrival),
+"p" (priority), "s" (select, extra = instance rows), "y" (sync: [1,0]); signals None =
+unchanged. Rows carry only the fields named by "wire" (select_fields: those the candidate's
+source can read).
 """
+import gc
 import json
 import marshal
 from _collections import _tuplegetter
@@ -562,18 +567,11 @@ def load_candidate(source, axis, ns):
 
 
 class FrameReader:
-    """Parent -> worker frames off fd 0, read with os.read: `ready()` says whether a whole
-    frame is already here, so answers to calls that arrived together leave together."""
+    """Parent -> worker frames off fd 0, read with os.read."""
 
     def __init__(self, fd=0):
         self.fd = fd
         self.buf = bytearray()
-
-    def _whole(self):
-        b = self.buf
-        return len(b) >= 4 and len(b) >= 4 + int.from_bytes(b[:4], "little")
-
-    ready = _whole
 
     def next(self):
         """The next frame's data, blocking for it; None at end of input."""
@@ -584,7 +582,7 @@ class FrameReader:
             if len(chunk) >= 4 and len(chunk) == 4 + int.from_bytes(chunk[:4], "little"):
                 return marshal.loads(memoryview(chunk)[4:])
             self.buf += chunk
-        while not self._whole():
+        while len(self.buf) < 4 or len(self.buf) < 4 + int.from_bytes(self.buf[:4], "little"):
             chunk = os.read(self.fd, 1 << 16)
             if not chunk:
                 return None
@@ -595,53 +593,94 @@ class FrameReader:
         return marshal.loads(body)
 
 
+def _answer(value, encode):
+    """The answer line for a hook's return value: [1, value] as JSON."""
+    # ints (every priority, every route) skip the encoder; "%d" obeys the same int-to-str
+    # digit limit as json does
+    t = type(value)
+    if t is int:
+        return "[1,%d]\n" % value
+    if t is str and value in _SIMPLE_ANSWERS:
+        return _SIMPLE_ANSWERS[value]
+    if t is tuple and len(value) == 2 and type(value[0]) is str and type(value[1]) is float \
+            and value[0] == "protect" and value[1] - value[1] == 0.0:
+        return '[1,["protect",%r]]\n' % value[1]  # repr of a finite float is its JSON
+    return encode([1, value]) + "\n"
+
+
+def _norm(v):
+    """JSON brings tuples back as lists."""
+    if isinstance(v, (list, tuple)):
+        return tuple(_norm(x) for x in v)
+    return v
+
+
 def serve(policy, axis, state, frames):
+    """Answer frames of calls until the parent closes the pipe; one write per frame.
+
+    A frame is a list of calls: the last one waited for, any before it *posted*. A posted
+    call's hook letter is upper-case and its answer is already known to the parent (sent as
+    `extra`, see sandbox.gate.hook_answers): nothing is written for it unless it fails or
+    answers otherwise, and then that failure line comes first and the parent stops at it.
+    Hook "y" is a sync point, answered [1,0].
+    """
     encode = json.JSONEncoder(separators=(",", ":"), allow_nan=True).encode
     signals = None
-    hooks = {
-        "c": lambda pcb, now, extra: policy.on_turn_complete(pcb, extra, now),
-        "a": lambda pcb, now, extra: policy.on_turn_arrival(pcb, now),
-        "p": lambda pcb, now, extra: policy.priority(pcb, now),
-        "s": lambda pcb, now, extra: policy.select(pcb, make_instances(extra), now),
-    }
-    answers = []
+    new = tuple.__new__
+    setattr_ = object.__setattr__
+    plain_bind = type(policy).bind is _Policy.bind
     while True:
-        msg = frames.next()
-        if msg is None:
+        calls = frames.next()
+        if calls is None:
             return
-        hook, now, row, extra, sig = msg
-        if sig is not None:
-            signals = make_signals(sig)
-        try:
-            policy.bind(signals)
-            value = hooks[hook](make_view(row), now, extra)
-            # ints (every priority, every route) skip the encoder; "%d" obeys the same
-            # int-to-str digit limit as json does
-            t = type(value)
-            if t is int:
-                out = "[1,%d]\n" % value
-            elif t is str and value in _SIMPLE_ANSWERS:
-                out = _SIMPLE_ANSWERS[value]
-            elif t is tuple and len(value) == 2 and type(value[0]) is str and type(value[1]) is float \
-                    and value[0] == "protect" and value[1] - value[1] == 0.0:
-                out = '[1,["protect",%r]]\n' % value[1]  # repr of a finite float is its JSON
-            else:
-                out = encode([1, value]) + "\n"
-        except Exception as e:  # noqa: BLE001 - every failure becomes a one-line reason
-            out = json.dumps([0, "%s raised %s" % (_HOOK_NAMES[hook], _reason(e))]) + "\n"
-        if len(out) > MAX_REPLY_BYTES:
-            out = json.dumps([0, "%s returned a value larger than %d bytes" % (_HOOK_NAMES[hook], MAX_REPLY_BYTES)]) + "\n"
-        answers.append(out)
-        if frames.ready():
-            continue  # pipelined calls: answer them all with one write (one wakeup)
+        answers = []
+        for hook, now, row, extra, sig in calls:
+            if hook == "y":
+                answers.append("[1,0]\n")
+                continue
+            if sig is not None:
+                signals = make_signals(sig)
+            out = None
+            try:
+                # the simulator binds fresh signals before every hook; a policy that does not
+                # override bind() gets the same assignment without a Python frame
+                if plain_bind:
+                    setattr_(policy, "signals", signals)
+                else:
+                    policy.bind(signals)
+                view = new(ProgramView, row) if not N_HIST else make_view(row)
+                if hook == "p":
+                    out = _answer(policy.priority(view, now), encode)
+                elif hook == "c":
+                    out = _answer(policy.on_turn_complete(view, extra, now), encode)
+                elif hook == "A":
+                    value = policy.on_turn_arrival(view, now)
+                    if value != extra:
+                        got = json.loads(encode(value))
+                        if _norm(got) != _norm(extra):
+                            out = json.dumps([0, "on_turn_arrival returned %r, but its code can only return %r"
+                                              % (got, extra)]) + "\n"
+                elif hook == "a":
+                    out = _answer(policy.on_turn_arrival(view, now), encode)
+                else:
+                    out = _answer(policy.select(view, make_instances(extra), now), encode)
+            except Exception as e:  # noqa: BLE001 - every failure becomes a one-line reason
+                out = json.dumps([0, "%s raised %s" % (_HOOK_NAMES.get(hook, "hook"), _reason(e))]) + "\n"
+            if out is not None:
+                if len(out) > MAX_REPLY_BYTES:
+                    out = json.dumps([0, "%s returned a value larger than %d bytes"
+                                      % (_HOOK_NAMES[hook], MAX_REPLY_BYTES)]) + "\n"
+                answers.append(out)
+                if out[1] == "0":
+                    break  # the parent stops at the first failure
         data = "".join(answers).encode()
-        answers.clear()
         while data:
             data = data[os.write(1, data):]
 
 
 _SIMPLE_ANSWERS = {v: '[1,"%s"]\n' % v for v in ("release", "evict", "offload", "none")}
-_HOOK_NAMES = {"c": "on_turn_complete", "a": "on_turn_arrival", "p": "priority", "s": "select"}
+_HOOK_NAMES = {"c": "on_turn_complete", "a": "on_turn_arrival", "A": "on_turn_arrival", "p": "priority",
+               "s": "select", "y": "sync"}
 
 
 def main():
@@ -670,6 +709,11 @@ def main():
         _send([0, "loading failed: " + _reason(e)])
         return
     state["mode"] = "serve"
+    # Everything alive now (modules, the candidate's code) lives as long as the worker: keep
+    # the cyclic collector from walking it again and again (each walk evicts the parent's
+    # caches on the shared CPU); the candidate's own garbage is still collected.
+    gc.collect()
+    gc.freeze()
     info["layers"] = dict(layers)
     _send([1, info])
     serve(policy, msg["axis"], state, frames)

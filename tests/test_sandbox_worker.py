@@ -493,7 +493,7 @@ def test_pipelined_arrivals_keep_decisions_and_catch_failures():
         log: list = []
         simulate("rtx70b_swe10_0.1", decision_log=log, retention=pol)
         pol.flush()
-        assert not pol._worker._pending
+        assert not pol._worker._outbox
         assert pol._worker.calls == sum(1 for e in log if e[1] == "retention")  # all ran in the worker
     finally:
         pol.close()
