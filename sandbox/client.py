@@ -21,6 +21,7 @@ import re
 import select
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -32,8 +33,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from simcore.config import EngineArgs
-from simcore.policies.base import (PRIORITY_MAX, PRIORITY_MIN, RetentionPolicy, RoutingPolicy, SchedulingPolicy,
-                                   parse_instance, parse_priority, parse_retention)
+from simcore.policies.base import (PRIORITY_MAX, PRIORITY_MIN, PolicyError, RetentionDecision, RetentionPolicy,
+                                   RoutingPolicy, SchedulingPolicy, parse_instance, parse_priority,
+                                   parse_retention)
 
 from . import cpus
 from . import worker as _w
@@ -68,9 +70,10 @@ _getcpu = _getcpu_fn()
 _WORKER_SOURCE: str | None = None
 
 # Answers the worker writes most often, decoded without the JSON parser (see _recv).
-_SIMPLE_ANSWERS = {b'"release"': "release", b'"evict"': "evict", b'"offload"': "offload",
-                   b'"none"': "none"}
-_JSON_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?").fullmatch
+_SIMPLE_ANSWERS = {b"release": "release", b"evict": "evict", b"offload": "offload", b"none": "none"}
+# [1,int] | [1,"release"...] | [1,["protect",JSON number]]: one regex call (see _parse)
+_FAST_ANSWER = re.compile(rb'\[1,(?:(-?[0-9]+)|"(release|evict|offload|none)"|'
+                          rb'\["protect",(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)\])\]').fullmatch
 
 _PLAIN = frozenset({type(None), bool, int, float, str})
 _all_plain = _PLAIN.__contains__
@@ -119,13 +122,16 @@ def _norm(v: Any) -> Any:
     return v
 
 
+_HEADER = struct.Struct("<I").pack
+
+
 def _frame(obj: Any) -> bytes:
     """Parent -> worker framing (see sandbox/worker.py): length + marshal of plain data."""
     body = _mdumps(obj)
-    return len(body).to_bytes(4, "little") + body
+    return _HEADER(len(body)) + body
 
 
-_SYNC = ["y", 0.0, [""], None, None]  # a call answered [1,0] once every posted call before it ran
+_SYNC = ["y", 0.0, [""], None, None]  # a call answered [1,0] once every call before it ran
 
 
 def _worker_source() -> str:
@@ -158,6 +164,13 @@ class ViewEncoder:
         self._histories = _getter(wire["hist"])
         self._inst = _getter(wire["inst"])
         self._hist: dict[Any, list[tuple]] = {}
+        if not wire["hist"]:
+            self.view = self._flat_view  # type: ignore[method-assign]
+
+    def _flat_view(self, pcb: Any) -> Any:
+        """view() without history fields: the attribute tuple itself when all values are plain."""
+        row = self._scalars(pcb)
+        return row if all(map(_all_plain, map(type, row))) else [_plain(x) for x in row]
 
     def view(self, pcb: Any) -> list:
         row = _plain_row(self._scalars(pcb))
@@ -212,7 +225,8 @@ class WorkerProcess:
         self.decision_timeout_s = float(decision_timeout_s)
         self.cpu_budget_s = float(cpu_budget_s)
         self.dead: str | None = None
-        self.calls = 0
+        self.calls = 0   # hook calls sent
+        self.frames = 0  # round trips (a frame carries one or more calls)
         self._buf = bytearray()
         self._last_sig: Any = None
         self._cpu = -1
@@ -220,10 +234,13 @@ class WorkerProcess:
         self.enc = ViewEncoder(wire)
         wire = self.enc.wire
         self._wired_signals = wire["signals"] is not None  # the candidate reads self.signals
-        self._outbox: list[list] = []  # posted calls not sent yet
+        self._outbox: list[list] = []  # posted and queued calls not sent yet
+        self._queued = 0               # of which queued: their answers are wanted (collect())
+        self._ready: list = []         # answers of queued calls sent already
         self._cwd = tempfile.mkdtemp(prefix="agentservesim-sandbox-")
         os.chmod(self._cwd, 0o555)  # empty and read-only: nothing to read, nowhere to write
         cfg = {"ppid": os.getpid(), "cpu_s": max(1, math.ceil(cpu_budget_s)),
+               "decision_s": self.decision_timeout_s,
                "mem_bytes": int(memory_mb) << 20, "seccomp": seccomp, "audit": audit}
         # `-E -s -P` (what -I means) except -E: the environment is ours and empty but for a
         # fixed hash seed, so set/dict order of strings -- and so the decisions -- are the same
@@ -268,33 +285,85 @@ class WorkerProcess:
             return f"exceeded its CPU budget of {self.cpu_budget_s:g} s while {what}"
         if rc == -signal.SIGXCPU:
             return f"exceeded its CPU budget of {self.cpu_budget_s:g} s while {what}"
+        if rc == -signal.SIGALRM:  # the worker's own per-call deadline in a frame of many calls
+            return f"decision deadline of {self.decision_timeout_s:g} s exceeded while {what}"
         if rc == -signal.SIGSYS:
             return f"made a forbidden system call while {what}"
         if rc is not None and rc < 0:
             return f"worker was killed by signal {signal.Signals(-rc).name} while {what}"
         return f"worker exited unexpectedly (code {rc}) while {what}"
 
-    def _roundtrip(self, call: list, timeout_s: float, what: str) -> Any:
-        """Send one call, with every posted call before it, in one frame; wait for its answer."""
+    def _roundtrip(self, call: list | None, what: str) -> Any:
+        """Send the outbox, then `call`, as one frame and return `call`'s answer.
+
+        Answers of queued calls in the frame go to `self._ready`; posted calls write nothing
+        unless they fail, and a failure line comes first (the worker stops there). With
+        `call` None, a frame ending in a posted call gets a sync call, so that every failure
+        is read now.
+        """
         if self.dead is not None:
             raise SandboxViolation(f"policy worker is stopped: {self.dead}")
-        deadline = time.monotonic() + timeout_s
-        calls = self._outbox
-        if calls:  # posted calls travel with this one: one frame, one wakeup for all
-            deadline += self.decision_timeout_s * len(calls)
-            what = f"{what} (or a posted call before it)"
-            calls.append(call)
-            self._outbox = []
+        calls, queued = self._outbox, self._queued
+        if call is None:
+            if not calls:
+                return None
+            what = _w._HOOK_NAMES[calls[-1][0]]
+            if calls[-1][0].isupper():
+                call = _SYNC
+        if calls:  # posted and queued calls travel with this one: one frame, one wakeup
+            if call is not None:
+                calls.append(call)
+            self._outbox, self._queued = [], 0
+            what = f"{what} (one of {len(calls)} calls sent together)"
         else:
-            calls = [call]
-        self._send(_frame(calls), deadline, timeout_s, what)
-        # A posted call writes nothing unless it fails, and then its failure line comes first.
-        return self._recv(deadline, timeout_s, what)
+            calls = (call,)
+        answers = self._exchange(calls, queued + (call is not None), what)
+        if queued:
+            self._ready.extend(answers[:queued])
+        return answers[-1] if call is not None else None
+
+    def _exchange(self, calls: Any, n: int, what: str) -> list:
+        """Send `calls` as one frame and read `n` answers (posted calls write none).
+
+        The usual case runs inline -- one write takes the frame, and the worker, which ran
+        during it on this CPU, has left exactly the answers -- because every Python call
+        here costs several times its warm price (the worker has just had the CPU). Anything
+        else goes through _send/_recv with the deadline (per call in the frame).
+        """
+        self.frames += 1
+        body = _mdumps(calls)
+        msg = _HEADER(len(body)) + body
+        timeout_s = self.decision_timeout_s
+        try:
+            sent = os.write(self._out, msg)
+        except (BlockingIOError, BrokenPipeError):
+            sent = 0
+        if sent == len(msg) and not self._buf:
+            try:
+                data = os.read(self._in, 1 << 16)
+            except BlockingIOError:
+                data = None
+            if data:
+                if data[-1] == 10 and data.count(b"\n") == n:
+                    if n == 1:
+                        return [self._parse(data[:-1], what)]
+                    return [self._parse(x, what) for x in data[:-1].split(b"\n")]
+                self._buf += data
+            elif data is not None:  # end of file: the worker is gone
+                self._fail(self._exit_reason(what))
+        deadline = time.monotonic() + timeout_s * len(calls)
+        if sent != len(msg):
+            self._send(msg[sent:], deadline, timeout_s, what)
+        return [self._recv(deadline, timeout_s, what) for _ in range(n)]
+
+    def ask(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any, what: str) -> Any:
+        """One waited-for call (sent with any posted or queued calls before it)."""
+        return self._roundtrip(self._message(hook, now, pcb, extra, signals), what)
 
     def flush(self) -> None:
-        """Run every posted call now and raise on the first failure (a sync round trip)."""
+        """Run every queued and posted call now; raises on the first failure."""
         if self._outbox and self.dead is None:
-            self._roundtrip(_SYNC, self.decision_timeout_s, "sync")
+            self._roundtrip(None, "")
 
     def post(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any, expected: Any) -> None:
         """Queue a call whose answer is known (`expected`, see sandbox.gate.hook_answers)
@@ -305,6 +374,21 @@ class WorkerProcess:
         self._outbox.append(self._message(hook.upper(), now, pcb, _plain(expected), signals))
         if len(self._outbox) >= MAX_PIPELINED:
             self.flush()
+
+    def queue(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any) -> None:
+        """Queue a call whose answer is wanted later: collect() returns the answers in order."""
+        if self.dead is not None:
+            raise SandboxViolation(f"policy worker is stopped: {self.dead}")
+        self._outbox.append(self._message(hook, now, pcb, extra, signals))
+        self._queued += 1
+        if len(self._outbox) >= MAX_PIPELINED:
+            self.flush()  # bounded frames; the answers wait in self._ready
+
+    def collect(self) -> list:
+        """The raw answers of every queued call so far, in order (one round trip at most)."""
+        self.flush()
+        out, self._ready = self._ready, []
+        return out
 
     def _send(self, msg: bytes, deadline: float, timeout_s: float, what: str) -> None:
         view = memoryview(msg)
@@ -354,18 +438,21 @@ class WorkerProcess:
             if not chunk:
                 self._fail(self._exit_reason(what))
             buf += chunk
-        if line.startswith(b"[1,") and line.endswith(b"]"):  # fast paths: the common answers
-            body = line[3:-1]
-            if body.isdigit() or (body.startswith(b"-") and body[1:].isdigit()):
+        return self._parse(line, what)
+
+    def _parse(self, line: bytes, what: str) -> Any:
+        """One answer line -> the value; a failure line or a malformed one fails the worker."""
+        m = _FAST_ANSWER(line)  # the common answers, without the JSON parser
+        if m is not None:
+            i = m.lastindex
+            if i == 1:
                 try:
-                    return int(body)
+                    return int(m.group(1))
                 except ValueError:  # more digits than int() accepts
                     self._fail(f"worker sent a malformed answer while {what}")
-            simple = _SIMPLE_ANSWERS.get(body)
-            if simple is not None:
-                return simple
-            if body.startswith(b'["protect",') and body.endswith(b"]") and _JSON_NUMBER(body, 11, len(body) - 1):
-                return ["protect", float(body[11:-1])]
+            if i == 2:
+                return _SIMPLE_ANSWERS[m.group(2)]
+            return ["protect", float(m.group(3))]
         try:
             ok, value = _loads(line)
         except (ValueError, TypeError):
@@ -376,8 +463,7 @@ class WorkerProcess:
 
     def call(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any) -> Any:
         """One hook call; returns the raw JSON-decoded value (validated by the caller)."""
-        return self._roundtrip(self._message(hook, now, pcb, extra, signals), self.decision_timeout_s,
-                               _w._HOOK_NAMES[hook])
+        return self.ask(hook, now, pcb, extra, signals, _w._HOOK_NAMES[hook])
 
     def _message(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any) -> list:
         """One call as plain data: [hook, now, view row, extra, signals row or None if unchanged]."""
@@ -509,12 +595,19 @@ class _Proxy:
 
 
 class SandboxedRetention(_Proxy, RetentionPolicy):
+    _posted_decision: tuple = (_NO, None)
+
     def on_turn_complete(self, pcb: Any, request_id: str, now: float) -> Any:
         raw = self._const.get("on_turn_complete", _NO)
         if raw is _NO:
-            w = self._worker
-            raw = w._roundtrip(w._message("c", now, pcb, str(request_id), self.__dict__.get("signals")),
-                               w.decision_timeout_s, "on_turn_complete")
+            raw = self._worker.ask("c", now, pcb, str(request_id), self.__dict__.get("signals"), "on_turn_complete")
+            # the common answers, as parse_retention would take them (a finite float deadline)
+            if type(raw) is list and len(raw) == 2 and raw[0] == "protect" and type(raw[1]) is float \
+                    and raw[1] - raw[1] == 0.0:
+                return RetentionDecision("protect", raw[1])
+            d = _SIMPLE_DECISIONS.get(raw) if type(raw) is str else None
+            if d is not None:
+                return d
         return _retention(raw, self._worker, "on_turn_complete")
 
     def on_turn_arrival(self, pcb: Any, now: float) -> Any:
@@ -523,18 +616,34 @@ class SandboxedRetention(_Proxy, RetentionPolicy):
             raw = self._post.get("on_turn_arrival", _NO)
             if raw is not _NO:
                 self._worker.post("a", now, pcb, None, self.__dict__.get("signals"), raw)
+                if raw is self._posted_decision[0]:
+                    return self._posted_decision[1]
             else:
                 raw = self._worker.call("a", now, pcb, None, self._sig())
         return _retention(raw, self._worker, "on_turn_arrival")
 
 
+_SIMPLE_DECISIONS = {k: parse_retention(k) for k in ("release", "evict", "offload", "none")}
+
+
 class SandboxedScheduling(_Proxy, SchedulingPolicy):
+    # Deferred priorities (simcore/policies/base.py): the engine asks for an order only when
+    # it needs one, and every priority queued by then comes back in one round trip.
+    defers_priority = False  # set by load_sandboxed_policy
+
     def priority(self, pcb: Any, now: float) -> int:
         raw = self._const.get("priority", _NO)
         if raw is _NO:
-            w = self._worker
-            raw = w._roundtrip(w._message("p", now, pcb, None, self.__dict__.get("signals")),
-                               w.decision_timeout_s, "priority")
+            raw = self._worker.ask("p", now, pcb, None, self.__dict__.get("signals"), "priority")
+        return self._priority(raw)
+
+    def defer_priority(self, pcb: Any, now: float) -> None:
+        self._worker.queue("p", now, pcb, None, self.__dict__.get("signals"))
+
+    def collect_priorities(self) -> list[int]:
+        return [self._priority(raw) for raw in self._worker.collect()]
+
+    def _priority(self, raw: Any) -> int:
         if type(raw) is int and PRIORITY_MIN <= raw <= PRIORITY_MAX:
             return raw  # what parse_priority would return, without the call
         try:
@@ -580,12 +689,14 @@ def _engine_args(raw: Any) -> dict[str, Any]:
 def load_sandboxed_policy(source: str, axis: str, *, decision_timeout_s: float = DEFAULT_DECISION_TIMEOUT_S,
                           cpu_budget_s: float = DEFAULT_CPU_BUDGET_S, memory_mb: int = DEFAULT_MEMORY_MB,
                           load_timeout_s: float = LOAD_TIMEOUT_S, gate: bool = True, seccomp: bool = True,
-                          audit: bool = True, constant_hooks: bool = True) -> Any:
+                          audit: bool = True, constant_hooks: bool = True, defer: bool = True) -> Any:
     """A policy object of `axis`'s base class whose hooks run in an isolated worker.
 
     The static gate runs first (gate=False exists only so that tests can show the worker
     contains what the gate would have refused). Hooks the gate proves constant are answered
-    without a round trip (constant_hooks=False turns that off, for tests). Close it with `.close()`; it is also
+    without a round trip (constant_hooks=False turns that off, for tests). A scheduling
+    policy defers its priorities to when the engine needs an order (defer=False: one round
+    trip per call, for comparison). Close it with `.close()`; it is also
     killed when garbage-collected, at interpreter exit, and when this process dies.
     """
     const: dict[str, Any] = {}
@@ -615,4 +726,11 @@ def load_sandboxed_policy(source: str, axis: str, *, decision_timeout_s: float =
     if constant_hooks and axis == "retention" and "on_turn_complete" not in const \
             and "on_turn_arrival" in always and "on_turn_arrival" not in const:
         policy._post = {"on_turn_arrival": always["on_turn_arrival"]}
+        try:  # what the posted answer means, parsed once
+            raw = policy._post["on_turn_arrival"]
+            policy._posted_decision = (raw, parse_retention(tuple(raw) if isinstance(raw, list) else raw))
+        except PolicyError:
+            pass  # a malformed answer: parsed (and refused) at each call, as for the worker's
+    if axis == "scheduling":
+        policy.defers_priority = defer and "priority" not in policy._const
     return policy

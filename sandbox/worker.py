@@ -35,6 +35,7 @@ import json
 import marshal
 from _collections import _tuplegetter
 import os
+import signal
 import sys
 
 # --------------------------------------------------------------------------- observations
@@ -198,7 +199,7 @@ def make_view(row):
     hist = _HISTORY.get(pid)
     if hist is None:
         hist = _HISTORY[pid] = [()] * N_HIST
-    vals = row[:N_SCALAR]
+    vals = list(row[:N_SCALAR])
     for j in range(N_HIST):
         start = row[N_SCALAR + 2 * j]
         items = row[N_SCALAR + 2 * j + 1]
@@ -626,20 +627,32 @@ def serve(policy, axis, state, frames):
     """
     encode = json.JSONEncoder(separators=(",", ":"), allow_nan=True).encode
     signals = None
+    # Locals for the hot loop: each global or call costs several times its warm price here,
+    # because the parent has just run on this CPU (see docs/sandbox.md#overhead).
     new = tuple.__new__
     setattr_ = object.__setattr__
     plain_bind = type(policy).bind is _Policy.bind
+    view_cls, sig_cls, flat = ProgramView, Signals, not N_HIST
+    flat_sig = not (WIRE["signals"] and WIRE["signals"][-1] == "instances")
+    write = os.write
+    # A frame of many calls (deferred priorities, posted calls) has one deadline in the parent,
+    # decision_s per call; here each call also gets its own, so a stuck call ends the worker
+    # (SIGALRM's default action) within decision_s, as a lone call would.
+    alarm, real, decision_s = signal.setitimer, signal.ITIMER_REAL, state.get("decision_s", 0)
     while True:
         calls = frames.next()
         if calls is None:
             return
         answers = []
+        timed = decision_s > 0 and len(calls) > 2
         for hook, now, row, extra, sig in calls:
+            if timed:
+                alarm(real, decision_s)
             if hook == "y":
                 answers.append("[1,0]\n")
                 continue
             if sig is not None:
-                signals = make_signals(sig)
+                signals = new(sig_cls, sig) if flat_sig else make_signals(sig)
             out = None
             try:
                 # the simulator binds fresh signals before every hook; a policy that does not
@@ -648,7 +661,7 @@ def serve(policy, axis, state, frames):
                     setattr_(policy, "signals", signals)
                 else:
                     policy.bind(signals)
-                view = new(ProgramView, row) if not N_HIST else make_view(row)
+                view = new(view_cls, row) if flat else make_view(row)
                 if hook == "p":
                     out = _answer(policy.priority(view, now), encode)
                 elif hook == "c":
@@ -673,9 +686,11 @@ def serve(policy, axis, state, frames):
                 answers.append(out)
                 if out[1] == "0":
                     break  # the parent stops at the first failure
-        data = "".join(answers).encode()
+        if timed:
+            alarm(real, 0)
+        data = (answers[0] if len(answers) == 1 else "".join(answers)).encode()
         while data:
-            data = data[os.write(1, data):]
+            data = data[write(1, data):]
 
 
 _SIMPLE_ANSWERS = {v: '[1,"%s"]\n' % v for v in ("release", "evict", "offload", "none")}
@@ -688,7 +703,7 @@ def main():
     # Everything importable is imported now; afterwards `open` is refused by seccomp.
     ns = build_namespace()
     layers = harden(cfg)
-    state = {"mode": "off"}
+    state = {"mode": "off", "decision_s": float(cfg.get("decision_s", 0))}
     if cfg.get("audit", True):
         install_tripwire(state)
         layers.mark("audit_tripwire", True)

@@ -5,6 +5,7 @@ from typing import Any, Sequence
 
 from .instance import Instance
 from .pcb import InstanceView, ProgramView, Signals
+from .request import Request
 from .policies.base import PolicyError, parse_instance, parse_priority
 
 
@@ -31,8 +32,16 @@ class DispatchPlane:
         self.scheduling = scheduling
         self.instances = instances
         self.log = log
+        # Priorities a policy answers in batches (policies/base.py: defers_priority): requests
+        # queued before their priority is known, with their decision-log slot.
+        self.defers = bool(getattr(scheduling, "defers_priority", False))
+        self._slot = -1
+        self._pending: list[tuple[Request, int]] = []
+        for inst in instances:
+            inst.resolve_priorities = self.resolve_priorities
 
-    def dispatch(self, view: ProgramView, pid: int, now: float) -> tuple[int, int]:
+    def dispatch(self, view: ProgramView, pid: int, now: float) -> tuple[int, int | None]:
+        """Route, then prioritise: (instance, priority); priority None when deferred (see defer())."""
         inst = self.instances
         views = instance_views(inst, pid)
         if len(inst) > 1:
@@ -43,7 +52,33 @@ class DispatchPlane:
         else:
             idx = 0
         self.scheduling.bind(Signals(now=now, kv_utilization=views[idx].kv_utilization, instances=views))
-        prio = parse_priority(call_policy(self.scheduling.priority, view, now))
+        if self.defers:  # asked now, answered when the engine first needs an order
+            call_policy(self.scheduling.defer_priority, view, now)
+            prio = None
+        else:
+            prio = parse_priority(call_policy(self.scheduling.priority, view, now))
         if self.log is not None:
+            self._slot = len(self.log)
             self.log.append((now, "scheduling", "priority", view.program_id, view.turn_index, prio))
         return idx, prio
+
+    def defer(self, req: Request) -> None:
+        """`req` (just dispatched, priority None) waits for its deferred priority."""
+        self._pending.append((req, self._slot))
+
+    def resolve_priorities(self) -> None:
+        """Collect every deferred priority (one batch) and rank the requests waiting for one."""
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        raws = call_policy(self.scheduling.collect_priorities)
+        if len(raws) != len(pending):
+            raise PolicyError(f"collect_priorities returned {len(raws)} priorities for {len(pending)} calls")
+        log = self.log
+        for (req, slot), raw in zip(pending, raws):
+            req.priority = prio = parse_priority(raw)
+            if log is not None:
+                log[slot] = log[slot][:5] + (prio,)
+        for inst in self.instances:
+            inst.rank_pending()

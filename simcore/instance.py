@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from .kv import FREE, PROTECTED, KVManager
 from .request import Request
@@ -26,6 +26,10 @@ class StepTimer(Protocol):
     def step_time(self, prefills: Sequence[tuple[int, int]], n_decode: int, decode_kv_sum: int) -> float: ...
     def decode_steps_time(self, n_decode: int, decode_kv_sum: int, steps: int) -> float: ...
     def kv_transfer_time(self, tokens: int) -> float: ...
+
+
+def _no_pending() -> None:
+    raise RuntimeError("a request has no priority and no Dispatch Plane can collect it")
 
 
 class Instance:
@@ -41,6 +45,8 @@ class Instance:
         self.running: list[Request] = []
         self._heap: list[tuple[int, float, int, Request]] = []  # priority mode
         self._fifo: deque[Request] = deque()                      # fcfs mode
+        self._unranked: list[Request] = []                        # priority mode, priority pending
+        self.resolve_priorities: Callable[[], None] = _no_pending  # set by the Dispatch Plane
         self.stepping = False
         self.busy_s = 0.0
         self.steps = 0
@@ -52,27 +58,48 @@ class Instance:
         self.inflight_n: list[int] = []   # running + waiting at each step start
 
     # ------------------------------------------------------------------ queue
+    # Under the priority policy a request may be queued before its priority is known (a
+    # policy that answers priorities in batches, see policies/base.py): it waits unranked
+    # until an order is needed -- two or more waiting, or a preemption victim to choose --
+    # and then every pending priority is collected at once (resolve_priorities). Ranking
+    # only when an order is needed gives exactly the eager order.
     @property
     def num_waiting(self) -> int:
-        return len(self._heap) if self.priority_mode else len(self._fifo)
+        return len(self._heap) + len(self._unranked) if self.priority_mode else len(self._fifo)
 
     def busy(self) -> bool:
         return bool(self.running) or self.num_waiting > 0
 
     def add(self, req: Request) -> None:
-        if self.priority_mode:
-            heapq.heappush(self._heap, (req.priority, req.arrival, req.seq, req))
-        else:
+        if not self.priority_mode:
             self._fifo.append(req)
+        elif req.priority is None:
+            self._unranked.append(req)
+        else:
+            heapq.heappush(self._heap, (req.priority, req.arrival, req.seq, req))
+
+    def rank_pending(self) -> None:
+        """Move the waiting requests whose priority has just been collected into the queue."""
+        for req in self._unranked:
+            heapq.heappush(self._heap, (req.priority, req.arrival, req.seq, req))
+        self._unranked.clear()
 
     def _peek(self) -> Request:
-        return self._heap[0][3] if self.priority_mode else self._fifo[0]
+        if not self.priority_mode:
+            return self._fifo[0]
+        if self._unranked:
+            if not self._heap and len(self._unranked) == 1:
+                return self._unranked[0]  # alone in the queue: first whatever its priority
+            self.resolve_priorities()
+        return self._heap[0][3]
 
     def _pop(self) -> None:
-        if self.priority_mode:
-            heapq.heappop(self._heap)
-        else:
+        if not self.priority_mode:
             self._fifo.popleft()
+        elif self._unranked:  # only ever the lone unranked request _peek returned
+            self._unranked.pop()
+        else:
+            heapq.heappop(self._heap)
 
     def _requeue(self, req: Request) -> None:
         if self.priority_mode:
@@ -98,6 +125,8 @@ class Instance:
 
     def _victim(self) -> Request:
         if self.priority_mode:
+            if any(r.priority is None for r in self.running):
+                self.resolve_priorities()
             return max(self.running, key=lambda r: (r.priority, r.arrival))
         return self.running[-1]
 

@@ -60,6 +60,8 @@ class Orchestrator:
         req = Request(rid=len(self.requests), pid=pcb.pid, turn=k, prompt=call.prompt_tokens,
                       output=call.output_tokens, shared=pcb.program.shared_prefix(k) if k > 0 else 0,
                       priority=prio, arrival=now, instance=idx)
+        if prio is None:
+            self.dispatch.defer(req)
         self.requests.append(req)
         self.release_times.append((pcb.pid, k, now))
         pcb.last_instance = idx

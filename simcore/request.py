@@ -8,14 +8,14 @@ class Request:
                  "first_sched", "first_token", "finished", "preemptions", "seq", "instance")
 
     def __init__(self, rid: int, pid: int, turn: int, prompt: int, output: int, shared: int,
-                 priority: int, arrival: float, instance: int) -> None:
+                 priority: int | None, arrival: float, instance: int) -> None:
         self.rid = rid
         self.pid = pid
         self.turn = turn
         self.prompt = prompt
         self.output = output            # true output length: engine-side knowledge only
         self.shared = shared            # prefix tokens shared with the program's last stream
-        self.priority = priority
+        self.priority = priority      # None until a deferred priority is collected
         self.arrival = arrival          # release time r_{p,k}
         self.num_tokens = prompt        # prompt + generated so far
         self.num_computed = 0

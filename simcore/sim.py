@@ -137,6 +137,7 @@ class Simulation:
                     if not inst.stepping and inst.busy():
                         self._kick(inst, now)
                 idle_ready.clear()
+        self.orch.dispatch.resolve_priorities()  # the decision log gets every deferred priority
 
 
 def simulate(cell: Cell | str, programs: Sequence[Program] | None = None, retention: Any = None,

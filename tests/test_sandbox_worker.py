@@ -557,6 +557,64 @@ def test_pipelined_hook_still_has_a_deadline():
         pol.close()
 
 
+# --------------------------------------------------------------------------- deferred priorities
+def test_deferred_priorities_decide_as_in_process_with_fewer_round_trips():
+    from simcore.sim import simulate
+    cls = policy_class_from_source(LISTING_4, "scheduling", "listing4")
+    want: list = []
+    simulate("rtx70b_swe10_0.1", decision_log=want, scheduling=cls())
+    frames = {}
+    for defer in (True, False):
+        pol = load_sandboxed_policy(LISTING_4, "scheduling", defer=defer)
+        try:
+            assert pol.defers_priority is defer
+            log: list = []
+            simulate("rtx70b_swe10_0.1", decision_log=log, scheduling=pol)
+            assert log == want
+            assert pol._worker.calls == sum(1 for e in want if e[1] == "scheduling")
+            frames[defer] = pol._worker.frames
+        finally:
+            pol.close()
+    calls = sum(1 for e in want if e[1] == "scheduling")
+    assert frames[False] == calls  # one round trip per call
+    assert frames[True] < 0.8 * calls
+
+
+def test_deferred_priority_failures_and_deadlines_name_the_hook():
+    from simcore.sim import simulate
+    src = textwrap.dedent('''
+    class P(SchedulingPolicy):
+        engine_args = {"scheduling_policy": "fcfs"}
+
+        def __init__(self):
+            self.n = 0
+
+        def priority(self, pcb, now):
+            self.n += 1
+            if self.n == 7:
+                raise ValueError("seventh")
+            while self.n == 10:
+                now += 1
+            return self.n
+    ''')
+    # FCFS never needs an order: every call waits for one batch, whose 7th call raises
+    pol = load_sandboxed_policy(src, "scheduling")
+    try:
+        with pytest.raises(SandboxViolation, match="priority raised ValueError: seventh"):
+            simulate("rtx70b_swe10_0.1", scheduling=pol)
+    finally:
+        pol.close()
+    # a call stuck inside a long batch is stopped by its own deadline, not the batch's
+    pol = load_sandboxed_policy(src.replace("self.n == 7", "self.n == -1"), "scheduling", decision_timeout_s=0.3)
+    try:
+        t = time.monotonic()
+        with pytest.raises(SandboxViolation, match=r"decision deadline of 0.3 s exceeded while priority \(one of"):
+            simulate("rtx70b_swe10_0.1", scheduling=pol)
+        assert time.monotonic() - t < 5.0
+    finally:
+        pol.close()
+
+
 def test_views_behave_like_the_in_process_dataclasses():
     """A view must not offer what simcore's ProgramView lacks (indexing, iteration, len)."""
     W._HISTORY.clear()

@@ -15,6 +15,12 @@ A returned `RetentionDecision` (what parse_retention makes of the above) is acce
 
 Optional: a policy with a `simulation_run()` method returning a context manager is run
 inside it for each simulate() call (a sandboxed policy pins its worker there).
+
+Optional, scheduling: a policy whose `defers_priority` is true is asked with
+`defer_priority(pcb, now)` (same observation, same order, no answer yet) and answers every
+deferred call at once in `collect_priorities()` (a list, in call order). The engine asks for
+them only when an order is needed (simcore.instance), so a sandboxed policy answers a whole
+batch in one round trip; the decisions are those of calling `priority` at each release.
 """
 from __future__ import annotations
 
