@@ -163,6 +163,7 @@ class ViewEncoder:
         self._scalars = _getter(wire["view"])
         self._histories = _getter(wire["hist"])
         self._inst = _getter(wire["inst"])
+        self._sig_scalars = _getter([f for f in wire["signals"] or () if f != "instances"])
         self._hist: dict[Any, list[tuple]] = {}
         if not wire["hist"]:
             self.view = self._flat_view  # type: ignore[method-assign]
@@ -194,17 +195,17 @@ class ViewEncoder:
             hist[j] = v
         return row
 
-    def signals(self, signals: Any, now: float) -> list:
+    def signals(self, signals: Any, now: float) -> Any:
         """The wired Signals fields, in SIGNAL_FIELDS order (None: no signals bound)."""
-        out = []
-        for f in self.wire["signals"] or ():
-            if f == "instances":
-                out.append([] if signals is None else [self.instance(v) for v in signals.instances])
-            elif f == "now":
-                out.append(_plain(now if signals is None else signals.now))
-            else:
-                out.append(None if signals is None else _plain(signals.kv_utilization))
-        return out
+        fields = self.wire["signals"] or ()
+        if signals is None:
+            return [[] if f == "instances" else _plain(now) if f == "now" else None for f in fields]
+        row = self._sig_scalars(signals)
+        if not all(map(_all_plain, map(type, row))):
+            row = [_plain(x) for x in row]
+        if fields and fields[-1] == "instances":  # last in SIGNAL_FIELDS
+            row = [*row, [self.instance(v) for v in signals.instances]]
+        return row
 
     def instance(self, inst: Any) -> list:
         return _plain_row(self._inst(inst))
@@ -346,6 +347,10 @@ class WorkerProcess:
             if data:
                 if data[-1] == 10 and data.count(b"\n") == n:
                     if n == 1:
+                        m = _FAST_ANSWER(data, 0, len(data) - 1)
+                        if m is not None and m.lastindex != 1:  # the commonest: retention answers
+                            return [_SIMPLE_ANSWERS[m.group(2)] if m.lastindex == 2
+                                    else ["protect", float(m.group(3))]]
                         return [self._parse(data[:-1], what)]
                     return [self._parse(x, what) for x in data[:-1].split(b"\n")]
                 self._buf += data
@@ -357,8 +362,25 @@ class WorkerProcess:
         return [self._recv(deadline, timeout_s, what) for _ in range(n)]
 
     def ask(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any, what: str) -> Any:
-        """One waited-for call (sent with any posted or queued calls before it)."""
-        return self._roundtrip(self._message(hook, now, pcb, extra, signals), what)
+        """One waited-for call, sent with any posted calls before it (the hot path: _message
+        and _roundtrip inlined, see _exchange for why)."""
+        if self._queued or self.dead is not None or not self.pinned:
+            return self._roundtrip(self._message(hook, now, pcb, extra, signals), what)
+        if signals is not self._last_sig and self._wired_signals:
+            sig = self.enc.signals(signals, now)
+            self._last_sig = signals
+        else:
+            sig = None
+        self.calls += 1
+        call = [hook, now if type(now) is float else _plain(now), self.enc.view(pcb), extra, sig]
+        calls = self._outbox
+        if calls:
+            calls.append(call)
+            self._outbox = []
+            what = f"{what} (one of {len(calls)} calls sent together)"
+        else:
+            calls = (call,)
+        return self._exchange(calls, 1, what)[0]
 
     def flush(self) -> None:
         """Run every queued and posted call now; raises on the first failure."""
