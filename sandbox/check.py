@@ -110,7 +110,7 @@ def check_policy(source: str | None, axis: str, *, label: str, seed_source: str 
             res = simulate(c, programs=programs, decision_log=log, **{axis: pol})
             flush = getattr(pol, "flush", None)
             if callable(flush):
-                flush()  # a pipelined answer must not go unread
+                flush()  # a posted call's failure must not go unread
         finally:
             close = getattr(pol, "close", None)
             if callable(close):

@@ -1,9 +1,10 @@
 """Parent side of the sandbox: spawn the worker, enforce deadlines, proxy hook calls.
 
 `load_sandboxed_policy(source, axis)` returns an instance of the axis's base class, so the
-simulator calls it like any in-process policy; each hook call becomes one marshal frame to
-a persistent worker process and one line of JSON back (about 30 us a round trip), validated with
-the same parse_* functions the simulator uses. Every failure -- a rule broken, a deadline
+simulator calls it like any in-process policy; hook calls travel as marshal frames to a
+persistent worker process (one frame per round trip, carrying any posted or deferred calls
+too) and answers come back as lines of JSON, validated with the same parse_* functions the
+simulator uses. Every failure -- a rule broken, a deadline
 or budget overrun, an exception in the candidate, a malformed answer -- raises
 `SandboxViolation` with a one-line reason and kills the worker's process group.
 """
@@ -510,7 +511,7 @@ class WorkerProcess:
     @contextlib.contextmanager
     def session(self) -> Any:
         """One simulation: pin the calling thread and the worker to one free CPU (sandbox.cpus),
-        and on the way out read every pipelined answer and give the thread its CPUs back.
+        and on the way out run every posted or queued call and give the thread its CPUs back.
 
         Parent and worker never run at once (each waits for the other), so one CPU loses
         nothing, and a wakeup on the same CPU skips waking an idle core (~50-100 us on small
@@ -605,7 +606,7 @@ class _Proxy:
         return self._worker.session()
 
     def flush(self) -> None:
-        """Collect the answers of pipelined calls now; raises SandboxViolation on a failure."""
+        """Run every posted or deferred call now; raises SandboxViolation on a failure."""
         self._worker.flush()
 
     @property
@@ -742,9 +743,9 @@ def load_sandboxed_policy(source: str, axis: str, *, decision_timeout_s: float =
     policy = proxy_cls()
     policy._worker = w
     policy._const = dict(const) if constant_hooks else {}
-    # Pipelining is safe for on_turn_arrival only while on_turn_complete still waits for
-    # its answer: every arrival of a program is followed by that call's completion, which
-    # collects the pipelined answers, so no failure can go unread at the end of a run.
+    # Posting on_turn_arrival is safe only while on_turn_complete still waits for its
+    # answer: every arrival of a program is followed by that call's completion, whose frame
+    # carries the posted calls, so no failure can go unread at the end of a run.
     if constant_hooks and axis == "retention" and "on_turn_complete" not in const \
             and "on_turn_arrival" in always and "on_turn_arrival" not in const:
         policy._post = {"on_turn_arrival": always["on_turn_arrival"]}

@@ -164,7 +164,7 @@ def check_leakage(factory: PolicyFactory, axis: str, cell: Cell | str, programs:
                               arrivals=arrivals, **kw)
             flush = getattr(policy, "flush", None)
             if callable(flush):
-                flush()  # sandboxed policies: a pipelined answer must not go unread
+                flush()  # sandboxed policies: a posted call's failure must not go unread
         finally:
             close = getattr(policy, "close", None)
             if callable(close):

@@ -484,7 +484,7 @@ def test_allowed_modules_work_inside_hooks():
     assert got == [ref.priority(pview(k=k), 8.0) for k in (1, 2, 3)]
 
 
-# --------------------------------------------------------------------------- pipelining
+# --------------------------------------------------------------------------- posted calls
 def test_pipelined_arrivals_keep_decisions_and_catch_failures():
     from simcore.sim import simulate
     pol = load_sandboxed_policy(LISTING_2, "retention")
@@ -497,7 +497,7 @@ def test_pipelined_arrivals_keep_decisions_and_catch_failures():
         assert pol._worker.calls == sum(1 for e in log if e[1] == "retention")  # all ran in the worker
     finally:
         pol.close()
-    # an error inside a pipelined hook surfaces at the next call, with its own reason
+    # an error inside a posted hook surfaces at the next call, with its own reason
     src = textwrap.dedent('''
     class P(RetentionPolicy):
         def __init__(self):
