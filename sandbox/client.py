@@ -132,6 +132,7 @@ def _frame(obj: Any) -> bytes:
     return _HEADER(len(body)) + body
 
 
+_POSTED = {"a": "A"}  # hooks that can be posted (sandbox/worker.py serve), and their letter
 _SYNC = ["y", 0.0, [""], None, None]  # a call answered [1,0] once every call before it ran
 
 
@@ -164,7 +165,9 @@ class ViewEncoder:
         self._scalars = _getter(wire["view"])
         self._histories = _getter(wire["hist"])
         self._inst = _getter(wire["inst"])
-        self._sig_scalars = _getter([f for f in wire["signals"] or () if f != "instances"])
+        sig_fields = [f for f in wire["signals"] or () if f != "instances"]
+        self._sig_scalars = _getter(sig_fields)
+        self._sig_one = operator.attrgetter(sig_fields[0]) if len(sig_fields) == 1 else None
         self._hist: dict[Any, list[tuple]] = {}
         if not wire["hist"]:
             self.view = self._flat_view  # type: ignore[method-assign]
@@ -201,7 +204,8 @@ class ViewEncoder:
         fields = self.wire["signals"] or ()
         if signals is None:
             return [[] if f == "instances" else _plain(now) if f == "now" else None for f in fields]
-        row = self._sig_scalars(signals)
+        one = self._sig_one
+        row = (one(signals),) if one is not None else self._sig_scalars(signals)  # one field: no lambda frame
         if not all(map(_all_plain, map(type, row))):
             row = [_plain(x) for x in row]
         if fields and fields[-1] == "instances":  # last in SIGNAL_FIELDS
@@ -394,8 +398,10 @@ class WorkerProcess:
         the worker writes back only a failure, or an answer other than `expected`."""
         if self.dead is not None:
             raise SandboxViolation(f"policy worker is stopped: {self.dead}")
-        self._outbox.append(self._message(hook.upper(), now, pcb, _plain(expected), signals))
-        if len(self._outbox) >= MAX_PIPELINED:
+        outbox = self._outbox
+        outbox.append(self._message(_POSTED[hook], now, pcb, expected if type(expected) is str else _plain(expected),
+                                    signals))
+        if len(outbox) >= MAX_PIPELINED:
             self.flush()
 
     def queue(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any) -> None:
@@ -639,8 +645,9 @@ class SandboxedRetention(_Proxy, RetentionPolicy):
             raw = self._post.get("on_turn_arrival", _NO)
             if raw is not _NO:
                 self._worker.post("a", now, pcb, None, self.__dict__.get("signals"), raw)
-                if raw is self._posted_decision[0]:
-                    return self._posted_decision[1]
+                known = self._posted_decision
+                if raw is known[0]:
+                    return known[1]
             else:
                 raw = self._worker.call("a", now, pcb, None, self._sig())
         return _retention(raw, self._worker, "on_turn_arrival")
