@@ -142,7 +142,9 @@ def _sandboxed(cell: str, axis: str, src: str, pin: bool, defer: bool = True) ->
     try:
         pol = load_sandboxed_policy(src, axis, defer=defer)
         w = pol._worker
-        cpu = _cpu_s(w.proc.pid) is not None and (lambda: _cpu_s(w.proc.pid)) or (lambda: w.cpu_seconds() or 0.0)
+        def cpu() -> float:
+            return _cpu_s(w.proc.pid) or w.cpu_seconds() or 0.0
+
         try:
             cpu0 = cpu()
             t, log = _run(cell, axis, pol)

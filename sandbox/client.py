@@ -366,27 +366,6 @@ class WorkerProcess:
             self._send(msg[sent:], deadline, timeout_s, what)
         return [self._recv(deadline, timeout_s, what) for _ in range(n)]
 
-    def ask(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any, what: str) -> Any:
-        """One waited-for call, sent with any posted calls before it (the hot path: _message
-        and _roundtrip inlined, see _exchange for why)."""
-        if self._queued or self.dead is not None or not self.pinned:
-            return self._roundtrip(self._message(hook, now, pcb, extra, signals), what)
-        if signals is not self._last_sig and self._wired_signals:
-            sig = self.enc.signals(signals, now)
-            self._last_sig = signals
-        else:
-            sig = None
-        self.calls += 1
-        call = [hook, now if type(now) is float else _plain(now), self.enc.view(pcb), extra, sig]
-        calls = self._outbox
-        if calls:
-            calls.append(call)
-            self._outbox = []
-            what = f"{what} (one of {len(calls)} calls sent together)"
-        else:
-            calls = (call,)
-        return self._exchange(calls, 1, what)[0]
-
     def flush(self) -> None:
         """Run every queued and posted call now; raises on the first failure."""
         if self._outbox and self.dead is None:
@@ -492,7 +471,7 @@ class WorkerProcess:
 
     def call(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any) -> Any:
         """One hook call; returns the raw JSON-decoded value (validated by the caller)."""
-        return self.ask(hook, now, pcb, extra, signals, _w._HOOK_NAMES[hook])
+        return self._roundtrip(self._message(hook, now, pcb, extra, signals), _w._HOOK_NAMES[hook])
 
     def _message(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any) -> list:
         """One call as plain data: [hook, now, view row, extra, signals row or None if unchanged]."""
@@ -629,7 +608,7 @@ class SandboxedRetention(_Proxy, RetentionPolicy):
     def on_turn_complete(self, pcb: Any, request_id: str, now: float) -> Any:
         raw = self._const.get("on_turn_complete", _NO)
         if raw is _NO:
-            raw = self._worker.ask("c", now, pcb, str(request_id), self.__dict__.get("signals"), "on_turn_complete")
+            raw = self._worker.call("c", now, pcb, str(request_id), self.__dict__.get("signals"))
             # the common answers, as parse_retention would take them (a finite float deadline)
             if type(raw) is list and len(raw) == 2 and raw[0] == "protect" and type(raw[1]) is float \
                     and raw[1] - raw[1] == 0.0:
@@ -664,7 +643,7 @@ class SandboxedScheduling(_Proxy, SchedulingPolicy):
     def priority(self, pcb: Any, now: float) -> int:
         raw = self._const.get("priority", _NO)
         if raw is _NO:
-            raw = self._worker.ask("p", now, pcb, None, self.__dict__.get("signals"), "priority")
+            raw = self._worker.call("p", now, pcb, None, self.__dict__.get("signals"))
         return self._priority(raw)
 
     def defer_priority(self, pcb: Any, now: float) -> None:
