@@ -133,7 +133,7 @@ def _frame(obj: Any) -> bytes:
 
 
 _POSTED = {"a": "A"}  # hooks that can be posted (sandbox/worker.py serve), and their letter
-_SYNC = ["y", 0.0, [""], None, None]  # a call answered [1,0] once every call before it ran
+_SYNC = ("y", 0.0, ("",), None, None)  # a call answered [1,0] once every call before it ran
 
 
 def _worker_source() -> str:
@@ -240,7 +240,7 @@ class WorkerProcess:
         self.enc = ViewEncoder(wire)
         wire = self.enc.wire
         self._wired_signals = wire["signals"] is not None  # the candidate reads self.signals
-        self._outbox: list[list] = []  # posted and queued calls not sent yet
+        self._outbox: list[tuple] = []  # posted and queued calls not sent yet
         self._queued = 0               # of which queued: their answers are wanted (collect())
         self._ready: list = []         # answers of queued calls sent already
         self._cwd = tempfile.mkdtemp(prefix="agentservesim-sandbox-")
@@ -299,7 +299,7 @@ class WorkerProcess:
             return f"worker was killed by signal {signal.Signals(-rc).name} while {what}"
         return f"worker exited unexpectedly (code {rc}) while {what}"
 
-    def _roundtrip(self, call: list | None, what: str) -> Any:
+    def _roundtrip(self, call: tuple | None, what: str) -> Any:
         """Send the outbox, then `call`, as one frame and return `call`'s answer.
 
         Answers of queued calls in the frame go to `self._ready`; posted calls write nothing
@@ -473,8 +473,8 @@ class WorkerProcess:
         """One hook call; returns the raw JSON-decoded value (validated by the caller)."""
         return self._roundtrip(self._message(hook, now, pcb, extra, signals), _w._HOOK_NAMES[hook])
 
-    def _message(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any) -> list:
-        """One call as plain data: [hook, now, view row, extra, signals row or None if unchanged]."""
+    def _message(self, hook: str, now: float, pcb: Any, extra: Any, signals: Any) -> tuple:
+        """One call as plain data: (hook, now, view row, extra, signals row or None if unchanged)."""
         sig = None
         if signals is not self._last_sig and self._wired_signals:  # else: unchanged, or never read
             sig = self.enc.signals(signals, now)
@@ -491,7 +491,7 @@ class WorkerProcess:
                     os.sched_setaffinity(self.proc.pid, (cpu,))
                 except OSError:
                     pass
-        return [hook, now if type(now) is float else _plain(now), self.enc.view(pcb), extra, sig]
+        return (hook, now if type(now) is float else _plain(now), self.enc.view(pcb), extra, sig)
 
     @contextlib.contextmanager
     def session(self) -> Any:
