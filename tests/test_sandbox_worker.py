@@ -629,3 +629,39 @@ def test_views_behave_like_the_in_process_dataclasses():
     assert repr(got) == repr(v)
     inst = W.make_instances([[0, 2, 1, 0.5, 1000, True]])[0]
     assert repr(inst) == repr(InstanceView(0, 2, 1, 0.5, 1000, True))
+
+
+def test_large_deferred_batches_cross_the_pipe_whole():
+    """FCFS defers every priority, so frames carry up to 256 calls with every field (the
+    policy prints whole views); with the pipe shrunk to one page, writes and reads come in
+    pieces and the slow path must still deliver every call and answer in order."""
+    fcntl = pytest.importorskip("fcntl")
+    from simcore.sim import simulate
+    src = textwrap.dedent('''
+    class P(SchedulingPolicy):
+        engine_args = {"scheduling_policy": "fcfs"}
+
+        def priority(self, pcb, now):
+            return len(repr(pcb)) + len(pcb.completed_output_tokens)
+    ''')
+    cls = policy_class_from_source(src, "scheduling", "P")
+    want: list = []
+    simulate("rtx70b_swe_0.1", decision_log=want, scheduling=cls())
+    pol = load_sandboxed_policy(src, "scheduling")
+    w = pol._worker
+    try:
+        fcntl.fcntl(w._out, 1031, 4096)  # F_SETPIPE_SZ
+    except OSError:
+        pol.close()
+        pytest.skip("cannot resize pipes here")
+    sent = []
+    real_send = w._send
+    w._send = lambda msg, *a: (sent.append(len(msg)), real_send(msg, *a))[1]
+    try:
+        log: list = []
+        simulate("rtx70b_swe_0.1", decision_log=log, scheduling=pol)
+        assert log == want
+        assert w.frames <= 8  # 1,705 calls in batches of at most 256
+        assert sent  # frames larger than the pipe: finished by _send after a partial write
+    finally:
+        pol.close()
