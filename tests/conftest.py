@@ -59,3 +59,17 @@ def chain_program(pid: str, prompts: list[int], outputs: list[int], gaps: list[f
         last = i == len(prompts) - 1
         calls.append(Call(p, o, None if last else tool, 0.0 if last else gaps[i]))
     return Program(pid, tuple(calls))
+
+
+def chain_programs(min_size: int = 1, max_size: int = 8):
+    """Hypothesis strategy: lists of chain programs (1-5 calls each) with growing prompts,
+    short outputs and tool gaps of up to 0.5 s -- small enough to force queueing and
+    preemption on a small cell."""
+    import numpy as np
+    from hypothesis import strategies as st
+    call_lists = st.integers(min_value=1, max_value=5).flatmap(lambda n: st.tuples(
+        st.lists(st.integers(16, 700), min_size=n, max_size=n).map(lambda xs: list(np.cumsum(xs))),
+        st.lists(st.integers(1, 60), min_size=n, max_size=n),
+        st.lists(st.floats(0.0, 0.5), min_size=n, max_size=n)))
+    return st.lists(call_lists, min_size=min_size, max_size=max_size).map(
+        lambda drawn: [chain_program(f"p{i}", p, o, g) for i, (p, o, g) in enumerate(drawn)])

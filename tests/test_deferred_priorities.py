@@ -3,7 +3,6 @@ in batches, when the engine first needs an order. The decisions, the decision lo
 metric must be exactly those of calling `priority` at each release."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +13,7 @@ from simcore.policies.registry import load_policy
 from simcore.sim import simulate
 from simcore.workload import poisson_arrivals
 
-from conftest import chain_program, small_cell
+from conftest import chain_programs, small_cell
 
 
 class Scrambled(SchedulingPolicy):
@@ -83,19 +82,10 @@ def test_deferred_priorities_decide_exactly_as_eager_ones(make, cell):
         assert len(pol.batches) == 1  # FCFS never needs a priority: one batch, at the end
 
 
-program_strategy = st.lists(
-    st.integers(min_value=1, max_value=5).flatmap(lambda n: st.tuples(
-        st.lists(st.integers(16, 700), min_size=n, max_size=n).map(lambda xs: list(np.cumsum(xs))),
-        st.lists(st.integers(1, 60), min_size=n, max_size=n),
-        st.lists(st.floats(0.0, 0.5), min_size=n, max_size=n))),
-    min_size=2, max_size=10)
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(programs=program_strategy, rate=st.floats(0.5, 30.0), instances=st.sampled_from([1, 2]),
+@given(progs=chain_programs(min_size=2, max_size=10), rate=st.floats(0.5, 30.0), instances=st.sampled_from([1, 2]),
        policy=st.sampled_from(["plas", "scrambled"]))
-def test_deferred_priorities_match_under_preemption(programs, rate, instances, policy):
-    progs = [chain_program(f"p{i}", p, o, g) for i, (p, o, g) in enumerate(programs)]
+def test_deferred_priorities_match_under_preemption(progs, rate, instances, policy):
     biggest = max(c.prompt_tokens + c.output_tokens for p in progs for c in p.calls)
     # a pool barely larger than the biggest call: preemption and queueing on every draw
     cell = small_cell("rtx70b_swe10_0.1", kv_pool_tokens=biggest + 64, max_num_batched_tokens=256,

@@ -15,7 +15,7 @@ from simcore.request import Request
 from simcore.sim import Simulation, simulate
 from simcore.workload import Call, Program, poisson_arrivals
 
-from conftest import ConstantPerf, chain_program, small_cell
+from conftest import ConstantPerf, chain_program, chain_programs, small_cell
 
 
 def test_release_rule_eq2_holds_for_every_call():
@@ -67,23 +67,10 @@ def test_every_program_completes_and_output_tokens_are_conserved():
         assert req.arrival <= req.first_sched <= req.first_token <= req.finished
 
 
-def _random_programs(draw_programs):
-    return [chain_program(f"p{i}", prompts, outputs, gaps) for i, (prompts, outputs, gaps) in enumerate(draw_programs)]
-
-
-program_strategy = st.lists(
-    st.integers(min_value=1, max_value=5).flatmap(lambda n: st.tuples(
-        st.lists(st.integers(16, 700), min_size=n, max_size=n).map(lambda xs: list(np.cumsum(xs))),
-        st.lists(st.integers(1, 60), min_size=n, max_size=n),
-        st.lists(st.floats(0.0, 0.5), min_size=n, max_size=n))),
-    min_size=1, max_size=8)
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(programs=program_strategy, retention=st.sampled_from(["cache-lru", "ttl", "evict-always", "offload-ttl", "min-waste"]),
+@given(progs=chain_programs(), retention=st.sampled_from(["cache-lru", "ttl", "evict-always", "offload-ttl", "min-waste"]),
        scheduling=st.sampled_from(["fcfs", "plas", "program-fcfs"]), rate=st.floats(0.5, 20.0))
-def test_kv_in_use_never_exceeds_pool_and_accounting_is_exact(programs, retention, scheduling, rate):
-    progs = _random_programs(programs)
+def test_kv_in_use_never_exceeds_pool_and_accounting_is_exact(progs, retention, scheduling, rate):
     # A pool barely larger than the biggest call: forces preemption and reclamation.
     biggest = max(c.prompt_tokens + c.output_tokens for p in progs for c in p.calls)
     cell = small_cell("rtx70b_swe10_0.1", kv_pool_tokens=biggest + 64, max_num_batched_tokens=256, max_num_seqs=4)
