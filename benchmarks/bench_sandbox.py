@@ -1,7 +1,7 @@
 """Sandbox overhead: one simulation with the policy sandboxed vs the same policy in-process.
 
     python benchmarks/bench_sandbox.py [--cell rtx70b_swe_0.1] [--repeats 5] [--unpinned]
-                                       [--deferral-bound] [--eager] [--json]
+                                       [--unmirrored] [--deferral-bound] [--eager] [--json]
 
 Both variants run the same policy source (the paper's Appendix F listings: the PLAS seed
 and the evolved scheduling policy, the TTL seed and the evolved retention policy), on the
@@ -10,8 +10,10 @@ single decision). Reported: median wall time of each, their ratio (target <= 1.5
 median of the ratios of runs made back to back (drifts of a shared machine cancel) and the
 ratio of the best runs, the number of hook calls and of round trips (scheduling policies
 defer their priorities, see simcore/policies/base.py; --eager adds a run without), and the
-overhead per round trip. Runs alternate, in alternating order, so that machine noise hits
-both variants alike; one warm-up run of each is discarded.
+overhead per round trip, and whether the worker's interpreter sits at the parent's address
+(sandbox/layout.py; --unmirrored adds a run with its own randomised layout). Runs
+alternate, in alternating order, so that machine noise hits both variants alike; one
+warm-up run of each is discarded.
 """
 from __future__ import annotations
 
@@ -134,13 +136,14 @@ def _cpu_s(pid: int) -> float | None:
         return None
 
 
-def _sandboxed(cell: str, axis: str, src: str, pin: bool, defer: bool = True) -> tuple[float, list, int, int, float]:
-    """One sandboxed run: (wall s, decision log, hook calls, round trips, worker CPU s)."""
+def _sandboxed(cell: str, axis: str, src: str, pin: bool, defer: bool = True,
+               mirror: bool = True) -> tuple[float, list, int, int, float, str]:
+    """One sandboxed run: (wall s, decision log, hook calls, round trips, worker CPU s, layout)."""
     saved = sandbox_client._getcpu
     if not pin:
         sandbox_client._getcpu = None  # the client then leaves the worker's affinity alone
     try:
-        pol = load_sandboxed_policy(src, axis, defer=defer)
+        pol = load_sandboxed_policy(src, axis, defer=defer, mirror_layout=mirror)
         w = pol._worker
         def cpu() -> float:
             return _cpu_s(w.proc.pid) or w.cpu_seconds() or 0.0
@@ -148,28 +151,35 @@ def _sandboxed(cell: str, axis: str, src: str, pin: bool, defer: bool = True) ->
         try:
             cpu0 = cpu()
             t, log = _run(cell, axis, pol)
-            return t, log, w.calls, w.frames, cpu() - cpu0
+            return t, log, w.calls, w.frames, cpu() - cpu0, w.layout
         finally:
             pol.close()
     finally:
         sandbox_client._getcpu = saved
 
 
-def bench(cell: str, repeats: int, unpinned: bool = False, bound: bool = False, eager: bool = False) -> list[dict]:
+def bench(cell: str, repeats: int, unpinned: bool = False, bound: bool = False, eager: bool = False,
+          unmirrored: bool = False) -> list[dict]:
     rows = []
     for label, (axis, src) in POLICIES.items():
         cls = policy_class_from_source(src, axis, label)
-        variants = [("sandboxed", True)] + ([("eager", False)] if eager and axis == "scheduling" else [])
+        # variant -> (defer priorities, mirror the layout)
+        variants = {"sandboxed": (True, True)}
+        if eager and axis == "scheduling":
+            variants["eager"] = (False, True)
+        if unmirrored:
+            variants["unmirrored"] = (True, False)
         inproc_t: list[float] = []
-        times: dict[str, list[float]] = {v: [] for v, _ in variants}
+        times: dict[str, list[float]] = {v: [] for v in variants}
         worker_cpu: list[float] = []
         free_t: list[float] = []
         calls = frames = 0
         eager_frames = 0
         base_log = None
+        layout = ""
         for i in range(repeats + 1):
             # alternate the order, so that drifts of the machine hit both variants alike
-            order = ["in"] + [v for v, _ in variants]
+            order = ["in", *variants]
             if i % 2:
                 order.reverse()
             for v in order:
@@ -179,13 +189,14 @@ def bench(cell: str, repeats: int, unpinned: bool = False, bound: bool = False, 
                         inproc_t.append(t_in)
                     base_log = base_log or log_in
                     continue
-                defer = dict(variants)[v]
-                t_sb, log_sb, n_calls, n_frames, cpu = _sandboxed(cell, axis, src, pin=True, defer=defer)
+                defer, mirror = variants[v]
+                t_sb, log_sb, n_calls, n_frames, cpu, where = _sandboxed(cell, axis, src, pin=True, defer=defer,
+                                                                         mirror=mirror)
                 if v == "sandboxed":
-                    calls, frames = n_calls, n_frames
+                    calls, frames, layout = n_calls, n_frames, where
                     if i:
                         worker_cpu.append(cpu)
-                else:
+                elif v == "eager":
                     eager_frames = n_frames
                 if i:
                     times[v].append(t_sb)
@@ -193,7 +204,7 @@ def bench(cell: str, repeats: int, unpinned: bool = False, bound: bool = False, 
                 if log_sb != ref:
                     raise SystemExit(f"{label}: sandboxed decisions differ from in-process ones")
             if unpinned:
-                t_free, log_free, _, _, _ = _sandboxed(cell, axis, src, pin=False)
+                t_free, log_free, *_ = _sandboxed(cell, axis, src, pin=False)
                 if log_free != base_log:
                     raise SystemExit(f"{label}: sandboxed decisions (worker not pinned) differ from in-process ones")
                 if i:
@@ -202,6 +213,10 @@ def bench(cell: str, repeats: int, unpinned: bool = False, bound: bool = False, 
         extra = {}
         if unpinned:
             extra["unpinned_ratio"] = round(statistics.median(free_t) / a, 3)
+        if "unmirrored" in times:
+            extra["unmirrored_ratio"] = round(statistics.median(times["unmirrored"]) / a, 3)
+            extra["unmirrored_ratio_paired"] = round(statistics.median(
+                x / y for x, y in zip(times["unmirrored"], inproc_t)), 3)
         if "eager" in times:
             extra["eager_ratio"] = round(statistics.median(times["eager"]) / a, 3)
             extra["eager_round_trips"] = eager_frames
@@ -220,7 +235,7 @@ def bench(cell: str, repeats: int, unpinned: bool = False, bound: bool = False, 
                      # the worker's own CPU (decode, policy, encode, its syscalls); the rest of
                      # the overhead is the parent's encoding and waiting for a CPU to switch to
                      "worker_cpu_us_per_call": round(statistics.median(worker_cpu) / max(1, calls) * 1e6, 1),
-                     "repeats": repeats, **extra})
+                     "layout": layout, "repeats": repeats, **extra})
     return rows
 
 
@@ -232,11 +247,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run the sandbox without pinning the worker to the parent's CPU")
     ap.add_argument("--deferral-bound", action="store_true",
                     help="also measure how much latency deferring decisions to the step that needs them could hide")
+    ap.add_argument("--unmirrored", action="store_true",
+                    help="also run the sandbox with the worker's own randomised layout (sandbox/layout.py)")
     ap.add_argument("--eager", action="store_true",
                     help="also run the scheduling policies with one round trip per priority (no deferral)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    rows = bench(args.cell, args.repeats, args.unpinned, args.deferral_bound, args.eager)
+    rows = bench(args.cell, args.repeats, args.unpinned, args.deferral_bound, args.eager, args.unmirrored)
     floor = round(ipc_floor_us(), 1)
     floor_free = round(ipc_floor_us(pin=False), 1)
     if args.json:
@@ -251,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"({r['hook_calls']} hook calls in {r['round_trips']} round trips, "
                   f"{r['overhead_us_per_round_trip']:.0f} us overhead per round trip, worker CPU "
                   f"{r['worker_cpu_us_per_call']:.0f} us per call)")
+            print(f"{'':22s} worker layout: {r['layout']}")
+            if "unmirrored_ratio" in r:
+                print(f"{'':22s} worker layout left to ASLR: ratio {r['unmirrored_ratio']:.2f}x (paired "
+                      f"{r['unmirrored_ratio_paired']:.2f}x)")
             if "eager_ratio" in r:
                 print(f"{'':22s} without deferral ({r['eager_round_trips']} round trips): ratio "
                       f"{r['eager_ratio']:.2f}x")

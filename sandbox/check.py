@@ -47,6 +47,7 @@ class Verdict:
     reason: str = ""
     stages: list[Stage] = field(default_factory=list)
     layers: dict[str, str] = field(default_factory=dict)   # isolation layers active in the worker
+    layout: str = ""  # the worker's address-space layout (sandbox/layout.py): "mirrored" or "off: why"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,6 +107,7 @@ def check_policy(source: str | None, axis: str, *, label: str, seed_source: str 
         pol = make()
         log: list = []
         v.layers = dict(getattr(pol, "sandbox_layers", {}) or {})
+        v.layout = str(getattr(pol, "sandbox_layout", "") or "")
         try:
             res = simulate(c, programs=programs, decision_log=log, **{axis: pol})
             flush = getattr(pol, "flush", None)
@@ -195,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"{s.stage:8s} {mark:4s}  {s.detail}")
         if v.layers:
             print("isolation: " + ", ".join(f"{k} {val}" for k, val in v.layers.items()))
+        if v.layout:
+            print(f"layout: {v.layout}")
         print("verdict: ADMISSIBLE" if v.admissible else f"verdict: REJECTED ({v.reason})")
     return 0 if v.admissible else 1
 

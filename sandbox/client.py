@@ -38,7 +38,7 @@ from simcore.policies.base import (PRIORITY_MAX, PRIORITY_MIN, PolicyError, Rete
                                    RoutingPolicy, SchedulingPolicy, parse_instance, parse_priority,
                                    parse_retention)
 
-from . import cpus
+from . import cpus, layout
 from . import worker as _w
 from .errors import SandboxViolation
 from .gate import check_source
@@ -222,7 +222,7 @@ class WorkerProcess:
     def __init__(self, source: str, axis: str, *, decision_timeout_s: float = DEFAULT_DECISION_TIMEOUT_S,
                  cpu_budget_s: float = DEFAULT_CPU_BUDGET_S, memory_mb: int = DEFAULT_MEMORY_MB,
                  load_timeout_s: float = LOAD_TIMEOUT_S, seccomp: bool = True, audit: bool = True,
-                 wire: dict[str, Any] | None = None) -> None:
+                 wire: dict[str, Any] | None = None, mirror_layout: bool = True) -> None:
         if not (decision_timeout_s > 0 and math.isfinite(decision_timeout_s)):
             raise ValueError(f"decision_timeout_s must be a positive number, got {decision_timeout_s}")
         if not (cpu_budget_s > 0 and math.isfinite(cpu_budget_s)):
@@ -247,12 +247,14 @@ class WorkerProcess:
         os.chmod(self._cwd, 0o555)  # empty and read-only: nothing to read, nowhere to write
         cfg = {"ppid": os.getpid(), "cpu_s": max(1, math.ceil(cpu_budget_s)),
                "decision_s": self.decision_timeout_s,
-               "mem_bytes": int(memory_mb) << 20, "seccomp": seccomp, "audit": audit}
+               "mem_bytes": int(memory_mb) << 20, "seccomp": seccomp, "audit": audit,
+               "stack_soft": layout.stack_soft_limit()}
         # `-E -s -P` (what -I means) except -E: the environment is ours and empty but for a
         # fixed hash seed, so set/dict order of strings -- and so the decisions -- are the same
         # in every worker (the leakage check and the search compare runs). -S: no site dir.
-        self.proc = subprocess.Popen(
-            [sys.executable, "-s", "-S", "-P", "-B", "-c", _worker_source(), json.dumps(cfg)],
+        # The worker's interpreter library at this process's address (sandbox/layout.py).
+        self.proc, plan = layout.spawn(
+            [sys.executable, "-s", "-S", "-P", "-B", "-c", _worker_source(), json.dumps(cfg)], mirror_layout,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             cwd=self._cwd, start_new_session=True, close_fds=True, env={"PYTHONHASHSEED": "0"})
         self._out = self.proc.stdin.fileno()
@@ -272,6 +274,7 @@ class WorkerProcess:
             self._fail("worker sent a malformed load reply")
         self.info: dict[str, Any] = info
         self.layers: dict[str, str] = dict(info.get("layers", {}))
+        self.layout = layout.landed(self.proc.pid, plan)  # "mirrored" or "off: why" (a speed matter)
 
     # ----------------------------------------------------------------- transport
     def _fail(self, reason: str) -> None:
@@ -598,6 +601,11 @@ class _Proxy:
     def sandbox_layers(self) -> dict[str, str]:
         return self._worker.layers
 
+    @property
+    def sandbox_layout(self) -> str:
+        """"mirrored" (the worker maps the interpreter at this process's address) or "off: why"."""
+        return self._worker.layout
+
     def _sig(self) -> Any:
         return getattr(self, "signals", None)
 
@@ -698,15 +706,18 @@ def _engine_args(raw: Any) -> dict[str, Any]:
 def load_sandboxed_policy(source: str, axis: str, *, decision_timeout_s: float = DEFAULT_DECISION_TIMEOUT_S,
                           cpu_budget_s: float = DEFAULT_CPU_BUDGET_S, memory_mb: int = DEFAULT_MEMORY_MB,
                           load_timeout_s: float = LOAD_TIMEOUT_S, gate: bool = True, seccomp: bool = True,
-                          audit: bool = True, constant_hooks: bool = True, defer: bool = True) -> Any:
+                          audit: bool = True, constant_hooks: bool = True, defer: bool = True,
+                          mirror_layout: bool = True) -> Any:
     """A policy object of `axis`'s base class whose hooks run in an isolated worker.
 
     The static gate runs first (gate=False exists only so that tests can show the worker
     contains what the gate would have refused). Hooks the gate proves constant are answered
     without a round trip (constant_hooks=False turns that off, for tests). A scheduling
     policy defers its priorities to when the engine needs an order (defer=False: one round
-    trip per call, for comparison). Close it with `.close()`; it is also
-    killed when garbage-collected, at interpreter exit, and when this process dies.
+    trip per call, for comparison). The worker maps the interpreter where this process does,
+    so the two share branch predictions (sandbox/layout.py; mirror_layout=False gives it
+    its own randomised layout). Close it with `.close()`; it is also killed when
+    garbage-collected, at interpreter exit, and when this process dies.
     """
     const: dict[str, Any] = {}
     always: dict[str, Any] = {}
@@ -717,7 +728,7 @@ def load_sandboxed_policy(source: str, axis: str, *, decision_timeout_s: float =
         wire = _w.select_fields(g.observed_names)
     w = WorkerProcess(source, axis, decision_timeout_s=decision_timeout_s, cpu_budget_s=cpu_budget_s,
                       memory_mb=memory_mb, load_timeout_s=load_timeout_s, seccomp=seccomp, audit=audit,
-                      wire=wire)
+                      wire=wire, mirror_layout=mirror_layout)
     try:
         ea = _engine_args(w.info.get("engine_args", {}))
     except SandboxViolation:

@@ -430,6 +430,14 @@ def harden(cfg):
             resource.setrlimit(getattr(resource, name), (soft, hard))
         except (ValueError, OSError, AttributeError) as e:
             failed.append("%s (%s)" % (name, e))
+    if cfg.get("stack_soft") is not None:
+        # sandbox/layout.py may have started us with a huge stack limit to place our
+        # libraries; the candidate gets the parent's own limit back
+        try:
+            resource.setrlimit(resource.RLIMIT_STACK,
+                               (cfg["stack_soft"], resource.getrlimit(resource.RLIMIT_STACK)[1]))
+        except (ValueError, OSError) as e:
+            failed.append("RLIMIT_STACK (%s)" % e)
     layers.mark("rlimits", not failed, "failed: " + ", ".join(failed))
     # Parent death: set after the credential changes above, which clear it.
     PR_SET_PDEATHSIG = 1

@@ -38,6 +38,7 @@ def test_paper_listings_are_admissible(tmp_path, capsys, name: str):
     v = json.loads(capsys.readouterr().out)
     assert v["admissible"] is True and [s["stage"] for s in v["stages"]] == ["gate", "markers", "smoke", "leakage"]
     assert v["stages"][1]["ok"] is None  # markers skipped without a seed
+    assert v["layout"] == "mirrored" or v["layout"].startswith("off: ")  # sandbox/layout.py, said either way
 
 
 def test_evolved_candidate_against_its_seed(tmp_path, capsys):

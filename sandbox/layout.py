@@ -1,0 +1,190 @@
+"""Start the worker with the interpreter's code at the parent's virtual address (Linux).
+
+Why: a sandboxed run keeps the simulator and its worker on one CPU, taking turns
+(client.WorkerProcess.session), and both run the same interpreter code. Branch predictors
+are indexed by virtual address; with ASLR the two processes map libpython at different
+addresses, so every switch leaves the other process's predictions cold. Mapped at the same
+address, the predictions one process trains serve the other: on rtx70b_swe_0.1 a retention
+round trip drops from ~44 to ~35 us (docs/sandbox.md#overhead).
+
+How: with ADDR_NO_RANDOMIZE the kernel starts the mmap area a gap of RLIMIT_STACK (plus a
+guard gap, at least 128 MiB) below the top of the address space, and the dynamic loader
+maps ld.so and then the interpreter's library top-down from there: the library's address is
+a fixed offset minus the stack limit. One probe child per process measures that offset, and
+each worker starts with the stack limit that puts its library where the parent's is. The
+personality is per thread and set only around the spawn; the stack limit is process-wide
+for those microseconds (a process another thread spawns meanwhile gets a larger stack
+limit, nothing else). The worker puts its stack limit back before loading the candidate;
+the parent reads where its library landed from /proc (client.WorkerProcess.layout).
+
+What it costs: the worker's layout is not randomised on its own. Its libraries sit where
+the parent's do (random per parent process), its stack and heap at fixed addresses; a
+candidate could learn the parent's library address (id() of a static object). That helps
+only an attack on a memory-safety bug in the parent reachable through the answer lines,
+which the parent parses in Python. `mirror_layout=False` (client) turns it off.
+
+Where it does nothing: an interpreter linked statically into its executable (the kernel
+places an executable at a fixed address without ASLR), a kernel or container that refuses
+the personality (Docker's default seccomp profile does), a hard stack limit too low, or
+no /proc. The worker then starts as before, and `layout` says why.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+ADDR_NO_RANDOMIZE = 0x0040000
+_QUERY = 0xFFFFFFFF
+_PROBE_STACK = 1 << 30  # far above the kernel's 128 MiB minimum gap, so the offset is linear
+_PROBE = "import sys; sys.stdout.write(open('/proc/self/maps').read())"  # the probe child's layout
+
+_LOCK = threading.Lock()
+_PLANS: dict[str, "Plan"] = {}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where the worker's interpreter library should land, or why it is left to ASLR."""
+    lib: str | None = None    # path of the interpreter's shared library
+    base: int | None = None   # its lowest mapped address in this process
+    stack: int | None = None  # the RLIMIT_STACK soft limit that puts it there in a child
+    why_not: str = ""
+
+
+def _personality() -> Any:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).personality
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_ulong]
+    return fn
+
+
+_persona = _personality() if sys.platform.startswith("linux") else None
+
+
+def lib_base(path: str, maps: str) -> int | None:
+    """Lowest start address of the mappings of file `path` in a /proc/PID/maps text."""
+    starts = [int(line.split("-", 1)[0], 16) for line in maps.splitlines()
+              if line.split(None, 5)[5:] == [path]]
+    return min(starts) if starts else None
+
+
+def interpreter_lib() -> tuple[str | None, int | None, str]:
+    """(path, base, "") of the file holding this interpreter's code, or (None, None, why)."""
+    try:
+        addr = ctypes.cast(ctypes.pythonapi.Py_IncRef, ctypes.c_void_p).value
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            maps = fh.read()
+    except (OSError, AttributeError, ValueError) as e:
+        return None, None, f"no /proc/self/maps or C API ({type(e).__name__})"
+    path = None
+    for line in maps.splitlines():
+        lo, _, rest = line.partition("-")
+        hi = rest.split(None, 1)[0]
+        if int(lo, 16) <= addr < int(hi, 16):
+            parts = line.split(None, 5)
+            path = parts[5] if len(parts) == 6 else None
+            break
+    if not path or not path.startswith("/"):
+        return None, None, "the interpreter's code is not in a mapped file"
+    if os.path.realpath(path) == os.path.realpath(sys.executable):
+        return None, None, "the interpreter is linked into its executable, which the kernel places itself"
+    return path, lib_base(path, maps), ""
+
+
+def stack_soft_limit() -> int:
+    """This process's own RLIMIT_STACK soft limit: read under the lock, since a spawn in
+    another thread may have raised it for a moment."""
+    with _LOCK:
+        return resource.getrlimit(resource.RLIMIT_STACK)[0]
+
+
+def _spawn_with(args: list[str], stack: int, kw: dict[str, Any]) -> subprocess.Popen | str:
+    """Popen(args) with ADDR_NO_RANDOMIZE and RLIMIT_STACK=stack, or the reason it can't."""
+    if _persona is None:
+        return "no personality() here"
+    with _LOCK:  # read and restored under the lock: another thread's spawn may be in between
+        soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+        if hard != resource.RLIM_INFINITY and stack > hard:
+            return f"hard stack limit {hard} is below the {stack} needed"
+        old = _persona(_QUERY)
+        if old == -1 or _persona(old | ADDR_NO_RANDOMIZE) == -1:
+            return f"personality(ADDR_NO_RANDOMIZE) refused (errno {ctypes.get_errno()})"
+        try:
+            try:
+                resource.setrlimit(resource.RLIMIT_STACK, (stack, hard))
+            except (ValueError, OSError) as e:
+                return f"setrlimit(RLIMIT_STACK) refused ({e})"
+            try:
+                return subprocess.Popen(args, **kw)
+            finally:
+                resource.setrlimit(resource.RLIMIT_STACK, (soft, hard))
+        finally:
+            _persona(old)
+
+
+def plan() -> Plan:
+    """This process's plan (the probe runs once per process)."""
+    exe = sys.executable
+    p = _PLANS.get(exe)
+    if p is not None:
+        return p
+    path, base, why = interpreter_lib()
+    if path is None or base is None:
+        p = Plan(why_not=why or "interpreter library not found in /proc/self/maps")
+    else:
+        child = _spawn_with([exe, "-S", "-s", "-E", "-c", _PROBE], _PROBE_STACK,
+                            {"stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL,
+                             "stdin": subprocess.DEVNULL, "close_fds": True})
+        if isinstance(child, str):
+            p = Plan(why_not=child)
+        else:
+            try:
+                out, _ = child.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                out, _ = child.communicate()
+            probe = lib_base(path, out.decode("utf-8", "replace"))
+            if probe is None:
+                p = Plan(why_not="the probe child did not map the interpreter library")
+            elif _PROBE_STACK + probe - base <= 0:
+                p = Plan(why_not="the parent's library lies above any child's")
+            else:
+                p = Plan(path, base, _PROBE_STACK + probe - base)
+    _PLANS[exe] = p
+    return p
+
+
+def landed(pid: int, p: Plan) -> str:
+    """"mirrored" if process `pid` maps the interpreter library where `p` wanted it, else "off: why"."""
+    if p.lib is None:
+        return "off: " + p.why_not
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
+            got = lib_base(p.lib, fh.read())
+    except OSError as e:
+        return f"off: cannot read the worker's maps ({e.strerror})"
+    if got is None:
+        return "off: the worker does not map the interpreter library"
+    return "mirrored" if got == p.base else f"off: the library landed at {got:#x}, not {p.base:#x}"
+
+
+def spawn(args: list[str], mirror: bool = True, **kw: Any) -> tuple[subprocess.Popen, Plan]:
+    """Popen(args, **kw), with the interpreter's library at the parent's address if it can be."""
+    if not mirror:
+        return subprocess.Popen(args, **kw), Plan(why_not="turned off (mirror_layout=False)")
+    p = plan()
+    if p.stack is not None:
+        child = _spawn_with(args, p.stack, kw)
+        if not isinstance(child, str):
+            return child, p
+        p = Plan(why_not=child)
+    return subprocess.Popen(args, **kw), p
