@@ -172,9 +172,14 @@ def landed(pid: int, p: Plan) -> str:
             got = lib_base(p.lib, fh.read())
     except OSError as e:
         return f"off: cannot read the worker's maps ({e.strerror})"
-    if got is None:
-        return "off: the worker does not map the interpreter library"
-    return "mirrored" if got == p.base else f"off: the library landed at {got:#x}, not {p.base:#x}"
+    if got == p.base:
+        return "mirrored"
+    why = ("the worker does not map the interpreter library" if got is None
+           else f"the library landed at {got:#x}, not {p.base:#x}")
+    # the kernel or loader places things otherwise than the probe showed: later workers keep
+    # their own ASLR rather than give it up for nothing
+    _PLANS[sys.executable] = Plan(why_not="an earlier worker did not land where planned: " + why)
+    return "off: " + why
 
 
 def spawn(args: list[str], mirror: bool = True, **kw: Any) -> tuple[subprocess.Popen, Plan]:

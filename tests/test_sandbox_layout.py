@@ -116,3 +116,20 @@ def test_decisions_do_not_depend_on_the_layout():
         finally:
             pol.close()
     assert logs[0] == logs[1] and len(logs[0]) > 500
+
+
+@needs_mirror
+def test_a_worker_that_lands_elsewhere_turns_mirroring_off_for_the_next(monkeypatch):
+    monkeypatch.setattr(layout, "_PLANS", {})
+    real = layout.plan()
+    monkeypatch.setitem(layout._PLANS, layout.sys.executable,
+                        layout.Plan(real.lib, real.base, real.stack + (64 << 20)))  # 64 MiB too deep
+    first = load_sandboxed_policy(LISTING_2, "retention")
+    second = load_sandboxed_policy(LISTING_2, "retention")
+    try:
+        assert first._worker.layout == f"off: the library landed at {real.base - (64 << 20):#x}, not {real.base:#x}"
+        assert second._worker.layout.startswith("off: an earlier worker did not land where planned")
+        assert _stack_limit(first._worker.proc.pid) == _soft()
+    finally:
+        first.close()
+        second.close()
