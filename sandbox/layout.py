@@ -1,11 +1,11 @@
 """Start the worker with the interpreter's code at the parent's virtual address (Linux).
 
 Why: a sandboxed run keeps the simulator and its worker on one CPU, taking turns
-(client.WorkerProcess.session), and both run the same interpreter code. Branch predictors
-are indexed by virtual address; with ASLR the two processes map libpython at different
-addresses, so every switch leaves the other process's predictions cold. Mapped at the same
-address, the predictions one process trains serve the other: on rtx70b_swe_0.1 a retention
-round trip drops from ~44 to ~35 us (docs/sandbox.md#overhead).
+(client.WorkerProcess.session), and both run the same interpreter code. With ASLR the two
+map libpython at different addresses, and branch predictors are indexed by virtual
+address, so (most likely) every switch left the other process's predictions cold. Mapped
+at the same address, a retention round trip on rtx70b_swe_0.1 drops from ~44 to ~35 us
+(docs/sandbox.md#overhead).
 
 How: with ADDR_NO_RANDOMIZE the kernel starts the mmap area a gap of RLIMIT_STACK (plus a
 guard gap, at least 128 MiB) below the top of the address space, and the dynamic loader
@@ -19,7 +19,8 @@ the parent reads where its library landed from /proc (client.WorkerProcess.layou
 
 What it costs: the worker's layout is not randomised on its own. Its libraries sit where
 the parent's do (random per parent process), its stack and heap at fixed addresses; a
-candidate could learn the parent's library address (id() of a static object). That helps
+candidate could learn the parent's library address (an object's default repr() or hash()
+shows its address; on 3.11 hash(None) is in libpython's data). That helps
 only an attack on a memory-safety bug in the parent reachable through the answer lines,
 which the parent parses in Python. `mirror_layout=False` (client) turns it off.
 
