@@ -142,9 +142,12 @@ def plan() -> Plan:
     if path is None or base is None:
         p = Plan(why_not=why or "interpreter library not found in /proc/self/maps")
     else:
-        child = _spawn_with([exe, "-S", "-s", "-E", "-c", _PROBE], _PROBE_STACK,
-                            {"stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL,
-                             "stdin": subprocess.DEVNULL, "close_fds": True})
+        try:
+            child = _spawn_with([exe, "-S", "-s", "-E", "-c", _PROBE], _PROBE_STACK,
+                                {"stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL,
+                                 "stdin": subprocess.DEVNULL, "close_fds": True})
+        except OSError as e:  # the worker's own spawn will say what is wrong, if anything
+            child = f"the probe child could not start ({e.strerror or e})"
         if isinstance(child, str):
             p = Plan(why_not=child)
         else:
