@@ -95,10 +95,13 @@ def test_concurrent_spawns_from_threads_all_land_and_restore():
 def test_a_refused_personality_falls_back_with_the_reason(monkeypatch):
     monkeypatch.setattr(layout, "_persona", lambda persona: -1)
     monkeypatch.setattr(layout, "_PLANS", {})
+    from simcore.sim import simulate
     pol = load_sandboxed_policy(LISTING_2, "retention")
     try:
         assert pol._worker.layout.startswith("off: personality(ADDR_NO_RANDOMIZE) refused")
-        assert pol.on_turn_complete is not None and pol._worker.dead is None
+        log: list = []
+        simulate("rtx70b_swe10_0.1", decision_log=log, retention=pol)  # and the worker still serves
+        assert len(log) > 500 and pol._worker.dead is None
     finally:
         pol.close()
 
