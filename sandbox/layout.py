@@ -132,38 +132,39 @@ def _spawn_with(args: list[str], stack: int, kw: dict[str, Any]) -> subprocess.P
             _persona(old)
 
 
+def _probe(exe: str, path: str, base: int) -> Plan:
+    """Start a child as a worker would be, see where it maps `path`, derive the stack limit."""
+    try:
+        child = _spawn_with([exe, "-S", "-s", "-E", "-c", _PROBE], _PROBE_STACK,
+                            {"stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL,
+                             "stdin": subprocess.DEVNULL, "close_fds": True})
+    except OSError as e:  # the worker's own spawn will say what is wrong, if anything
+        return Plan(why_not=f"the probe child could not start ({e.strerror or e})")
+    if isinstance(child, str):
+        return Plan(why_not=child)
+    try:
+        out, _ = child.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        out, _ = child.communicate()
+    probe = lib_base(path, out.decode("utf-8", "replace"))
+    if probe is None:
+        return Plan(why_not="the probe child did not map the interpreter library")
+    stack = _PROBE_STACK + probe - base  # the library moves down one byte per byte of stack limit
+    if stack <= 0:
+        return Plan(why_not="the parent's library lies above any child's")
+    return Plan(path, base, stack)
+
+
 def plan() -> Plan:
     """This process's plan (the probe runs once per process)."""
     exe = sys.executable
     p = _PLANS.get(exe)
-    if p is not None:
-        return p
-    path, base, why = interpreter_lib()
-    if path is None or base is None:
-        p = Plan(why_not=why or "interpreter library not found in /proc/self/maps")
-    else:
-        try:
-            child = _spawn_with([exe, "-S", "-s", "-E", "-c", _PROBE], _PROBE_STACK,
-                                {"stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL,
-                                 "stdin": subprocess.DEVNULL, "close_fds": True})
-        except OSError as e:  # the worker's own spawn will say what is wrong, if anything
-            child = f"the probe child could not start ({e.strerror or e})"
-        if isinstance(child, str):
-            p = Plan(why_not=child)
-        else:
-            try:
-                out, _ = child.communicate(timeout=15)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                out, _ = child.communicate()
-            probe = lib_base(path, out.decode("utf-8", "replace"))
-            if probe is None:
-                p = Plan(why_not="the probe child did not map the interpreter library")
-            elif _PROBE_STACK + probe - base <= 0:
-                p = Plan(why_not="the parent's library lies above any child's")
-            else:
-                p = Plan(path, base, _PROBE_STACK + probe - base)
-    _PLANS[exe] = p
+    if p is None:
+        path, base, why = interpreter_lib()
+        p = _probe(exe, path, base) if path is not None and base is not None \
+            else Plan(why_not=why or "interpreter library not found in /proc/self/maps")
+        _PLANS[exe] = p
     return p
 
 
