@@ -187,13 +187,18 @@ class RayEvaluator:
 
     @staticmethod
     def _mean_summary(runs_for_cell: dict[str, Any]) -> dict[str, Any]:
-        """Numeric summary fields averaged over draws."""
+        """Numeric summary fields averaged over draws; text fields kept where every draw agrees."""
         keys: dict[str, list[float]] = {}
+        texts: dict[str, set[str]] = {}
         for run in runs_for_cell.values():
             for k, v in run["summary"].items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     keys.setdefault(k, []).append(float(v))
-        return {k: sum(v) / len(v) for k, v in keys.items()}
+                elif isinstance(v, str):
+                    texts.setdefault(k, set()).add(v)
+        out: dict[str, Any] = {k: next(iter(v)) for k, v in texts.items() if len(v) == 1}
+        out.update({k: sum(v) / len(v) for k, v in keys.items()})
+        return out
 
     # ------------------------------------------------------------------ public
     def seed_evaluation(self) -> Evaluation:

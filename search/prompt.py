@@ -52,7 +52,7 @@ FRAGMENTS = {
     "inspiration_no_features_postfix": "another approach",
 }
 
-DIFF_USER = """# Current program
+DIFF_USER = """# About the current program
 - Score (lower end of the 95% fitness interval; the search ranks by it): {fitness_score}
 - Notes: {improvement_areas}
 {artifacts}
