@@ -103,6 +103,10 @@ def create_run(axis: str, cell: str, settings: SearchSettings, llm_label: str, l
     except ConfigError as e:
         raise SearchError(str(e)) from None
     short_cell(cell, settings.evaluator.leak_cell)
+    sim_mod, sep, sim_fn = settings.evaluator.simulator.rpartition(":")
+    if sep and sim_mod.endswith(".py"):      # a simulator file: an absolute path, whatever the workers' cwd
+        ev = settings.evaluator.model_copy(update={"simulator": f"{Path(sim_mod).resolve()}:{sim_fn}"})
+        settings = settings.model_copy(update={"evaluator": ev})
     seed_src = _read_text(seed_file, "the seed file") if seed_file else default_seed_source(axis)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     run_id = f"{axis}-{cell}-{stamp}"

@@ -217,9 +217,11 @@ class _Anthropic(_Remote):
         self.client = anthropic.Anthropic(api_key=key, base_url=base, max_retries=0, timeout=settings.timeout_s)
 
     def _request(self, system: str, user: str, iteration: int, timeout: float) -> tuple[str, dict | None]:
+        # Recent SDK releases dropped `temperature` from create()'s signature; the Messages API
+        # still takes it, so it goes in the request body.
         resp = self.client.with_options(timeout=timeout).messages.create(
             model=self.model, system=system, messages=[{"role": "user", "content": user}],
-            max_tokens=self.settings.max_tokens, temperature=self.settings.temperature)
+            max_tokens=self.settings.max_tokens, extra_body={"temperature": self.settings.temperature})
         u = getattr(resp, "usage", None)
         usage = {"prompt_tokens": u.input_tokens, "completion_tokens": u.output_tokens} if u else None
         return "".join(getattr(b, "text", "") for b in resp.content), usage

@@ -449,6 +449,9 @@ class SearchLoop:
             self.run_dir.update(iterations_done=committed, counts=self.state.counts.model_copy())
             if self.state.stopped_reason:
                 return "failed"
+        if self.state.counts.llm_failures >= self.state.committed > 0:
+            self.state.stopped_reason = f"every LLM call failed ({self.state.counts.llm_failures})"
+            return "failed"
         return "finished"
 
 

@@ -105,6 +105,9 @@ class _Server:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                if self.path.split("?")[0] not in ("/v1/chat/completions", "/v1/messages"):
+                    self._send({"error": {"message": f"no route {self.path}"}}, 404)
+                    return
                 with outer.lock:
                     outer.requests.append(body)
                     k = outer.script.pop(0) if len(outer.script) > 1 else outer.script[0]
