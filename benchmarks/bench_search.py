@@ -79,8 +79,38 @@ def run_search(a: argparse.Namespace) -> int:
         print(f"stage 1 (target cell, draw 0) over {len(s1)} ok candidates: fitness min {x.min():.4f} max {x.max():.4f}"
               f" std {x.std():.4f}, {len(set(np.round(x, 6)))} distinct values; Spearman with in-sample fitness "
               f"{_spearman([v for v, _ in s1], [f for _, f in s1]):.3f}; {stopped} candidates stopped at stage 1")
+    if a.compare_short_cell and ok:
+        compare_short_cell(a, run_dir, meta, ok)
     print(f"run: {run_dir}")
     return 0
+
+
+def compare_short_cell(a: argparse.Namespace, run_dir: Path, meta: dict, ok: list[dict]) -> None:
+    """The old cascade stage: the family's 10-program cell. How many distinct fitness values
+    does it give the same candidates?"""
+    import numpy as np
+
+    from evaluator import raypool
+    from evaluator.service import EvalPlan, RayEvaluator
+    from search.driver import fixed_for_tasks, short_cell
+    from search.rundir import RunDir
+    short = short_cell(a.cell, "auto")
+    rd = RunDir(run_dir)
+    plan = EvalPlan(axis=a.axis, seed_source=rd.seed_py.read_text(), cells=(short,), draws=(0,), stage1=False,
+                    leak_cell=None, fixed=fixed_for_tasks(rd, rd.load_meta()))
+    raypool.connect(None, a.workers)
+    try:
+        e = RayEvaluator(plan)
+        vals = []
+        for r in ok:
+            src = (run_dir / "candidates" / r["candidate_id"] / "program.py").read_text()
+            ev = e.score_on(src, [0], check=False)
+            vals.append(ev.fitness if ev.status == "ok" else float("nan"))
+        x = np.array(vals)
+        print(f"the same {len(x)} candidates on {short} (draw 0, the old stage 1): min {np.nanmin(x):.4f} "
+              f"max {np.nanmax(x):.4f} std {np.nanstd(x):.4f}, {len(set(np.round(x, 6)))} distinct values")
+    finally:
+        raypool.shutdown()
 
 
 def score_files(a: argparse.Namespace) -> int:
@@ -129,6 +159,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--run-dir", default=None, help="keep the run here (default: a temporary directory)")
     ap.add_argument("--config", default=None, help="extra search settings YAML")
+    ap.add_argument("--compare-short-cell", action="store_true",
+                    help="also score the run's candidates on the family's 10-program cell (the old stage 1)")
     ap.add_argument("--score", nargs="+", metavar="FILE", help="score these policy files instead of searching")
     ap.add_argument("--seed-file", help="the baseline policy for --score (default: the axis's shipped seed)")
     a = ap.parse_args()

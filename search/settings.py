@@ -99,6 +99,8 @@ def _deep_merge(base: dict, over: dict) -> dict:
 def _read_yaml(path: Path | str, text: str | None = None) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text if text is not None else Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise SettingsError(f"{path}: not UTF-8 text (byte {e.start})") from None
     except OSError as e:
         raise SettingsError(f"{path}: cannot read: {e.strerror}") from None
     except yaml.YAMLError as e:

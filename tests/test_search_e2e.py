@@ -74,6 +74,18 @@ def test_offline_search_writes_the_run_layout_checks_held_out_draws_and_picks(tm
     assert all(r["prompt"]["system"] and r["prompt"]["user"] and r["response"] for r in j)
 
 
+def test_a_policy_file_fixed_with_with_runs_sandboxed_and_is_recorded(tmp_path):
+    from pathlib import Path
+    listing = Path(__file__).parent / "data" / "listings" / "retention_evolved.py"
+    code, run = _search(tmp_path, 2, llm="offline", fixed=[f"retention={listing}"])
+    assert code == 0, (tmp_path / "out.txt").read_text()[-2000:]
+    meta = json.loads(run.run_json.read_text())
+    assert meta["fixed_policies"]["retention"]["file"] == "fixed/retention.py"
+    assert (run.root / "fixed" / "retention.py").read_text() == listing.read_text()
+    ok = [r for r in run.candidates() if r.status == "ok"]
+    assert ok and all(r.metrics["fixed"].startswith("retention=Sandboxed") for r in ok)
+
+
 def test_prompts_tell_the_truth(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     with openai_server(["good", "tweak", "good"]) as srv:
@@ -225,8 +237,11 @@ def test_preflight_catches_a_wrong_base_url_and_an_unknown_model(tmp_path, monke
     (["--axis", "scheduling", "--cell", "rtx70b_swe_0.1", "--with", "retention=nope"], "unknown retention policy"),
     (["--axis", "scheduling", "--cell", "rtx70b_swe_0.1", "--with", "retention"], "AXIS=POLICY"),
     (["--axis", "scheduling", "--cell", "rtx70b_swe_0.1", "--llm", "openai:a@x@0"], "weight"),
+    (["--axis", "scheduling", "--cell", "rtx70b_swe_0.1", "--llm", "openai:[bold]m[/bold]"],
+     "openai:[bold]m[/bold]: OPENAI_API_KEY is not set"),       # shown literally, not as markup
 ])
 def test_bad_arguments_are_one_line_errors(tmp_path, monkeypatch, capsys, argv, needle):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     code, err = _cli(monkeypatch, capsys, *argv, "--run-dir", str(tmp_path / "r"))
     assert code == 2 and needle in err and "Traceback" not in err, err
     assert "configs/search.yaml" not in err
