@@ -21,8 +21,12 @@ class RayUnavailable(RuntimeError):
     """Ray could not be started or joined; the message is one line."""
 
 
-def connect(address: str | None, workers: int) -> str:
-    """Start (address None) or join Ray; returns a short description for the progress display."""
+def connect(address: str | None, workers: int, shared: bool = False) -> str:
+    """Start (address None) or join Ray; returns a short description for the progress display.
+
+    `shared=True` leaves the cluster running at `shutdown()` (a test session's Ray, used by
+    several searches in one process)."""
+    global _started_here
     try:
         import ray
     except ImportError:
@@ -32,11 +36,13 @@ def connect(address: str | None, workers: int) -> str:
     address = address or os.environ.get("RAY_ADDRESS") or None
     try:
         with _neutral_cwd():
-            return _init(ray, address, workers)
+            where = _init(ray, address, workers)
     except Exception as e:  # noqa: BLE001 - one line for the user, not a Ray traceback
         where = address or "a local cluster"
         raise RayUnavailable(f"cannot start/join Ray at {where}: {type(e).__name__}: "
                              f"{' '.join(str(e).split())[:300]}") from None
+    _started_here = not shared
+    return where
 
 
 @contextlib.contextmanager
@@ -55,10 +61,8 @@ def _neutral_cwd() -> Iterator[None]:
 
 
 def _init(ray: Any, address: str | None, workers: int) -> str:
-    global _started_here
     if address:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-        _started_here = True
         cpus = int(ray.cluster_resources().get("CPU", 0))
         return f"ray cluster {address} ({cpus} CPUs)"
     # A private local cluster: token auth is pointless on a loopback-only cluster and
@@ -70,7 +74,6 @@ def _init(ray: Any, address: str | None, workers: int) -> str:
     path = os.pathsep.join(p for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p))
     ray.init(num_cpus=max(1, workers), include_dashboard=False, logging_level=logging.WARNING,
              log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
-    _started_here = True
     return f"local ray ({workers} workers)"
 
 

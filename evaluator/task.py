@@ -28,7 +28,7 @@ FailureKind = Literal[
     "leak",      # read beyond the causal observation boundary
     "load",      # the policy could not be built
     "crash",     # raised, or returned a malformed decision
-    "sandbox",   # the sandbox stopped it (decision deadline, CPU/memory budget, forbidden call)
+    "sandbox",   # the sandbox stopped it for a limit (set where the sandbox says so: SandboxViolation.kind)
     "timeout",   # the evaluation overran the hard per-stage limit and was killed
     "worker",    # the evaluation's worker process died twice
     "stage1",    # clearly worse than the seed on the cascade's first stage
@@ -96,15 +96,11 @@ def _one_line(e: BaseException) -> str:
 
 
 def _sandbox_kind(e: BaseException) -> FailureKind | None:
-    """The kind of a sandbox stop: the exception's own `kind` where the sandbox sets one."""
-    try:
-        from sandbox.errors import SandboxViolation
-    except ImportError:   # pragma: no cover - the sandbox is part of the package
-        return None
-    if not isinstance(e, SandboxViolation):
-        return None
+    """The kind the sandbox gave its stop, where it gives one (`SandboxViolation.kind`).
+    Without one, a failure inside the sandbox is the candidate's `crash` (raised, overran
+    a deadline or budget, made a forbidden call): its reason says which."""
     kind = getattr(e, "kind", None)
-    return kind if kind in FAILURE_KINDS else "sandbox"
+    return kind if isinstance(kind, str) and kind in FAILURE_KINDS else None
 
 
 def run_policy(source: str, axis: str, seed_source: str, cells: list[str], seeds: list[int],

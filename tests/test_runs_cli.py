@@ -9,7 +9,7 @@ import pytest
 
 from rich.console import Console
 
-from runs_fixture import CELL, make_run
+from tests.runs_fixture import CELL, make_run
 from search import runs as R
 from search import runs_cli
 from simcore.cli import main

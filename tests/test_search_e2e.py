@@ -116,7 +116,8 @@ def test_openai_backend_and_bad_answers_while_the_run_continues(tmp_path, monkey
     assert res[1].status == "ok" and res[1].fitness > 1.0                      # good
     assert (res[2].status, res[2].failure_kind) == ("failed", "markers")      # edit outside the block
     assert (res[3].status, res[3].failure_kind) == ("failed", "leak")         # reads pcb.program
-    assert res[4].status == "failed" and res[4].failure_kind in ("sandbox", "timeout")   # infinite loop
+    assert res[4].status == "failed" and res[4].failure_kind in ("crash", "sandbox", "timeout")   # infinite loop
+    assert "deadline" in res[4].reason or "budget" in res[4].reason or "limit" in res[4].reason
     assert 5 not in res and 6 not in res                                       # no diff / SEARCH not found
     assert res[7].status == "ok" and "context_tokens * 7.0" in (run.candidate_dir(res[7].candidate_id)
                                                                  / "program.py").read_text()   # full rewrite
