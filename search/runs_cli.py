@@ -42,16 +42,33 @@ def _ci(f: Any, lo: Any, hi: Any) -> str:
     return "-" if _missing(f) else f"{f:.4f} [{_f(lo, '{:.4f}')}, {_f(hi, '{:.4f}')}]"
 
 
-def _table(title: str, columns: list[str], ids: dict[str, list[Any]]) -> Table:
-    """Identifier columns never shrink below their longest value; the others fold."""
-    t = Table(title=Text(strip_control(title)))
-    for c in columns:
-        if c in ids:
-            width = max([len(str(v)) for v in ids[c] if v is not None] + [len(c)])
-            t.add_column(c, no_wrap=True, min_width=width, overflow="fold")
-        else:
-            t.add_column(c, overflow="fold")
-    return t
+def _emit(title: str, columns: list[str], rows: list[list[Any]], ids: tuple[str, ...]) -> None:
+    """A table whose identifier columns are never cut. If they and a readable width for the
+    other columns do not fit the terminal, each row is printed as a block of `column: value`
+    lines instead (values wrap, identifiers stay whole)."""
+    widths = {c: max([len(str(r[i])) for r in rows] + [len(c)]) for i, c in enumerate(columns)}
+    need = sum(widths[c] + 3 for c in columns if c in ids) + sum(min(widths[c], 12) + 3 for c in columns
+                                                                  if c not in ids)
+    if need <= console.width:
+        t = Table(title=Text(strip_control(title)))
+        for c in columns:
+            if c in ids:
+                t.add_column(c, no_wrap=True, min_width=widths[c], overflow="fold")
+            else:
+                t.add_column(c, overflow="fold")
+        for r in rows:
+            t.add_row(*[v if isinstance(v, Text) else Text(strip_control(v)) for v in r])
+        console.print(t)
+        return
+    console.print(Text(strip_control(title), style="bold"))
+    for r in rows:
+        g = Table.grid(padding=(0, 1))
+        g.add_column(no_wrap=True, style="dim")
+        g.add_column(overflow="fold")
+        for c, v in zip(columns, r):
+            g.add_row(c, v if isinstance(v, Text) else Text(strip_control(v)))
+        console.print(g)
+        console.print()
 
 
 def _print_json(obj: Any) -> None:
@@ -67,17 +84,16 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if df.empty:
         console.print(Text(f"no runs under {base}"))
         return 0
-    t = _table(f"runs in {base}", ["run", "cell", "axis", "fixed", "llm", "iter", "best (in-sample)",
-                                   "held-out", "LLM fail", "failed cand", "status"],
-               {"run": list(df["run_id"]), "cell": list(df["cell"])})
+    rows = []
     for r in df.itertuples():
         best = "-" if _missing(r.best_fitness) else f"{_s(r.best_candidate)} {r.best_fitness:.4f} (lo {r.best_lo:.4f})"
         ho = "-" if _missing(r.heldout_fitness) else (f"{r.heldout_fitness:.4f} (lo {r.heldout_lo:.4f})"
-                                                      + (" winner" if r.winner else " n.s."))
+                                                      + (" n.s." if _missing(r.winner) else " winner"))
         status = r.status if _missing(r.error) else f"{r.status}: {r.error}"
-        t.add_row(Text(r.run_id), Text(r.cell), r.axis, Text(_s(r.fixed)), Text(_s(r.llm)), r.iterations,
-                  Text(best), ho, str(r.llm_failures), str(r.failed_candidates), Text(strip_control(status)))
-    console.print(t)
+        rows.append([r.run_id, r.cell, r.axis, _s(r.fixed), _s(r.llm), r.iterations, best, ho,
+                     str(r.llm_failures), str(r.failed_candidates), status])
+    _emit(f"runs in {base}", ["run", "cell", "axis", "fixed", "llm", "iter", "best (in-sample)", "held-out",
+                              "LLM fail", "failed cand", "status"], rows, ("run", "cell"))
     return 0
 
 
@@ -90,10 +106,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         _print_json({"run_id": run.run_id, "status": run.status, "winner": run.meta.winner,
                      "verdict": run.meta.verdict, "candidates": json.loads(df.to_json(orient="records"))})
         return 0
-    t = _table(f"{run.run_id} ({run.axis} on {run.cell}, {run.status}): top {len(df)}",
-               ["#", "candidate", "in-sample fitness [95% CI]", "held-out [CI]", "mean JCT (s)", "island", "gen",
-                "parent", "model", "status"],
-               {"candidate": list(df["candidate_id"]), "parent": list(df["parent_id"])})
+    rows = []
     for r in df.itertuples():
         ok = r.status == "ok"
         ho = _ci(r.heldout_fitness, r.heldout_lo, r.heldout_hi)
@@ -102,10 +115,12 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         status = "ok" if ok else f"{r.failure_kind}: {_s(r.reason, '?')}"
         if ok and not _missing(r.note):
             status = f"ok ({r.note})"
-        t.add_row(str(r.rank), Text(r.candidate_id), _ci(r.fitness, r.fitness_lo, r.fitness_hi) if ok else "0",
-                  ho, _f(r.mean_jct_s, "{:,.1f}"), _f(r.island, "{:.0f}"), _f(r.generation, "{:.0f}"),
-                  Text(_s(r.parent_id, "(seed)")), Text(_s(r.model)), Text(strip_control(status)))
-    console.print(t)
+        rows.append([str(r.rank), r.candidate_id, _ci(r.fitness, r.fitness_lo, r.fitness_hi) if ok else "0",
+                     ho, _f(r.mean_jct_s, "{:,.1f}"), _f(r.island, "{:.0f}"), _f(r.generation, "{:.0f}"),
+                     _s(r.parent_id, "(seed)"), _s(r.model), status])
+    _emit(f"{run.run_id} ({run.axis} on {run.cell}, {run.status}): top {len(df)}",
+          ["#", "candidate", "in-sample fitness [95% CI]", "held-out [CI]", "mean JCT (s)", "island", "gen",
+           "parent", "model", "status"], rows, ("candidate", "parent"))
     if run.meta.verdict:
         console.print(Text(("winner: " if run.meta.winner else "result: ") + strip_control(run.meta.verdict)))
     console.print(Text("* = held-out interval above 1.0 (significant); n.s. = not significant"), style="dim")

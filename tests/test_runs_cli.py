@@ -23,6 +23,15 @@ def runs_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     make_run(root, "scheduling", started_at="2026-11-30T01:00:00+00:00", fixed={"retention": {"name": "ttl"}})
     make_run(root, "retention", started_at="2026-11-30T02:00:00+00:00")
+    # the retention run's pick was re-scored on a held-out draw and is not significant there
+    meta = json.loads((root / RET / "run.json").read_text())
+    res_path = root / RET / "candidates" / meta["best_candidate"] / "result.json"
+    res = json.loads(res_path.read_text())
+    res["heldout"] = {"fitness": 1.0042, "fitness_ci": [0.9931, 1.0157], "level": 0.983, "draws": [100],
+                      "per_draw": {"100": 1.0042}, "significant": False}
+    res_path.write_text(json.dumps(res))
+    meta.update(winner=None, verdict="no candidate is significantly better than the seed on the 1 held-out draws")
+    (root / RET / "run.json").write_text(json.dumps(meta))
     live = root / "live-run"
     shutil.copytree(root / SCHED, live)
     meta = json.loads((live / "run.json").read_text())
@@ -63,9 +72,15 @@ def narrow(monkeypatch):
 def test_tables_never_cut_identifiers_on_a_narrow_terminal(runs_dir, narrow, capsys):
     assert main(["runs", "--runs-dir", str(runs_dir)]) == 0
     out = narrow.getvalue()
+    assert "1.0042 (lo 0.9931) n.s." in out and "winner" not in out
     for rid in (SCHED, RET, "live-run"):
         assert rid in out, out
     assert "…" not in out
+    narrow.seek(0)
+    narrow.truncate()
+    assert main(["leaderboard", RET, "--runs-dir", str(runs_dir)]) == 0
+    out = narrow.getvalue()
+    assert "n.s." in out and "result: no candidate is significantly better" in " ".join(out.split())
     narrow.seek(0)
     narrow.truncate()
     assert main(["leaderboard", SCHED, "--runs-dir", str(runs_dir)]) == 0
