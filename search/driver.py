@@ -204,7 +204,10 @@ def execute(run: RunDir, ray_address: str | None = None, console: Console | None
         run.update(llm=label_for(llm_entries), llm_models=[e.model_dump() for e in llm_entries],
                    llm_history=history)
         meta = run.meta
-    run.update(config=settings.model_dump(mode="json"), iterations_planned=settings.iterations)
+    try:
+        run.update(config=settings.model_dump(mode="json"), iterations_planned=settings.iterations)
+    except OSError as e:
+        raise SearchError(f"{run.run_json}: cannot write: {e.strerror}") from None
     axis, cell_name = meta.axis, meta.cell
     seed_src = run.seed_py.read_text(encoding="utf-8")
     try:
@@ -266,8 +269,12 @@ def execute(run: RunDir, ray_address: str | None = None, console: Console | None
         status, code = "failed", 1
     finally:
         evaluator.cancel_all()
-        run.update(status=status, iterations_done=loop.state.committed, counts=loop.state.counts,
-                   finished_at=now_iso(), error=error)
+        try:
+            run.update(status=status, iterations_done=loop.state.committed, counts=loop.state.counts,
+                       finished_at=now_iso(), error=error)
+        except OSError as e:   # e.g. the disk filled up or became read-only mid-run
+            console.print(Text(f"error: {run.run_json}: cannot record the run's end: {e.strerror}", style="red"))
+            code = 1
         raypool.shutdown()
     _report(console, run, loop)
     return code
