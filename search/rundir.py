@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from evaluator.fitness import FitnessEstimate
 from evaluator.task import FailureKind
@@ -137,7 +137,7 @@ class CandidateResult(_Record):
     status: Literal["ok", "failed"]
     fitness: float                          # point estimate over the in-sample draws (0 if failed)
     fitness_ci: list[float]                 # [lo, hi] of the (draw, program) bootstrap
-    score: float = 0.0                      # ranking key: the interval's lower bound
+    score: float | None = None              # ranking key: the lower bound (filled from fitness_ci if absent)
     draws: list[int] = []
     per_draw: dict[str, float] = {}
     failure_kind: FailureKind | None = None
@@ -151,6 +151,12 @@ class CandidateResult(_Record):
     heldout: HeldOut | None = None
     wall_s: float = 0.0
     created_at: str = Field(default_factory=now_iso)
+
+    @model_validator(mode="after")
+    def _score(self) -> "CandidateResult":
+        if self.score is None:    # results written before the score existed: their lower bound
+            self.score = float(self.fitness_ci[0]) if self.fitness_ci else 0.0
+        return self
 
     @staticmethod
     def from_estimate(est: FitnessEstimate | None) -> dict[str, Any]:
