@@ -16,6 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .config import ConfigError, cell_catalog, get_cell
@@ -225,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         return int(args.func(args) or 0)
     except USER_ERRORS as e:
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         err_console.print("interrupted")
