@@ -31,6 +31,7 @@ class EvalPlan:
     timeout_s: float = 900.0
     simulator: str = DEFAULT_SIMULATOR
     leak_check: bool = True                 # counterfactual leakage test (3 extra runs of the first stage's cell)
+    allow_weak_sandbox: bool = False        # run candidates where an isolation layer is unavailable
 
 
 @dataclass
@@ -91,7 +92,8 @@ class RayEvaluator:
             if self._closing:
                 raise EvaluationCancelled()
             ref = self._remote.remote(source, self.plan.axis, self.plan.seed_source, cells,
-                                      list(self.plan.workload_seeds), self.plan.simulator, check, leak_check)
+                                      list(self.plan.workload_seeds), self.plan.simulator, check, leak_check,
+                                      self.plan.allow_weak_sandbox)
             self.in_flight += 1
             self._refs.add(ref)
         try:

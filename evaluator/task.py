@@ -61,7 +61,7 @@ def _close(policy: Any) -> None:
 
 def run_policy(source: str, axis: str, seed_source: str, cells: list[str], seeds: list[int],
                simulator: str = DEFAULT_SIMULATOR, check: bool = True,
-               leak_check: bool = False) -> dict[str, Any]:
+               leak_check: bool = False, allow_weak_sandbox: bool = False) -> dict[str, Any]:
     """Admit `source` (when `check`), optionally run the counterfactual leakage test on the
     first cell, then simulate it on every (cell, seed).
 
@@ -73,14 +73,14 @@ def run_policy(source: str, axis: str, seed_source: str, cells: list[str], seeds
         if check:
             admission.admit(source, axis, seed_source)
         if leak_check:
-            admission.check_leakage(source, axis, cells[0], seeds[0])
+            admission.check_leakage(source, axis, cells[0], seeds[0], allow_weak_sandbox=allow_weak_sandbox)
         simulate = resolve_simulator(simulator)
         runs: dict[str, dict[str, Any]] = {}
         for cell in cells:
             runs[cell] = {}
             for seed in seeds:
                 # A fresh object per run: evolved policies keep state (e.g. gap estimates).
-                policy = admission.load_policy(source, axis)
+                policy = admission.load_policy(source, axis, allow_weak_sandbox)
                 try:
                     res = simulate(cell, seed=seed, **{axis: policy})
                 finally:

@@ -106,7 +106,8 @@ def execute(run: RunDir, ray_address: str | None = None, console: Console | None
                     cells=(cell_name, *[c for c in settings.evaluator.extra_cells if c != cell_name]),
                     workload_seeds=tuple(settings.evaluator.workload_seeds), stage1_cell=s1,
                     stage1_threshold=settings.evaluator.stage1_threshold, timeout_s=settings.timeout_s,
-                    simulator=settings.evaluator.simulator, leak_check=settings.evaluator.leak_check)
+                    simulator=settings.evaluator.simulator, leak_check=settings.evaluator.leak_check,
+                    allow_weak_sandbox=settings.evaluator.allow_weak_sandbox)
     workers = settings.effective_workers()
     try:
         where = raypool.connect(ray_address, workers)

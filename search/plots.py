@@ -42,11 +42,20 @@ def plot_islands(run: Run, out: Path) -> Path:
 
 
 def simulate_pair(run: Run, best_path: Path) -> dict[str, Any]:
-    """Re-simulate seed and best on the run's cell and first workload seed (deterministic)."""
+    """Re-simulate seed and best on the run's cell and first workload seed (deterministic),
+    each in a sandboxed worker: both are files of the run, never run in this process."""
+    from sandbox.client import load_sandboxed_policy
     from simcore.sim import simulate
     seed = run.workload_seeds[0]
-    return {label: simulate(run.cell, seed=seed, **{run.axis: str(path)})
-            for label, path in (("seed", run.root / "seed.py"), ("best", best_path))}
+    out = {}
+    for label, path in (("seed", run.root / "seed.py"), ("best", best_path)):
+        pol = load_sandboxed_policy(path.read_text(encoding="utf-8"), run.axis,
+                                    allow_weak_sandbox=run.allow_weak_sandbox)
+        try:
+            out[label] = simulate(run.cell, seed=seed, **{run.axis: pol})
+        finally:
+            pol.close()
+    return out
 
 
 def plot_jct_cdf(run: Run, results: dict[str, Any], out: Path) -> Path:

@@ -65,6 +65,11 @@ class Run:
         ev = (self.meta.get("config") or {}).get("evaluator") or {}
         return [int(s) for s in ev.get("workload_seeds") or [0]]
 
+    @property
+    def allow_weak_sandbox(self) -> bool:
+        """Whether the run evaluated candidates with a sandbox lacking a layer (--allow-weak-sandbox)."""
+        return bool(((self.meta.get("config") or {}).get("evaluator") or {}).get("allow_weak_sandbox"))
+
     def seed_source(self) -> str:
         p = self.root / "seed.py"
         if not p.is_file():
@@ -148,9 +153,10 @@ def runs_table(base: Path) -> pd.DataFrame:
         rows.append({"run_id": r.root.name, "axis": r.axis, "cell": r.cell,
                      "iterations": f"{done if done is not None else '?'}/{planned if planned is not None else '?'}",
                      "best_fitness": best_fitness(r), "best_candidate": r.meta.get("best_candidate"),
-                     "status": r.status, "started_at": r.meta.get("started_at")})
+                     "status": r.status, "started_at": r.meta.get("started_at"),
+                     "sandbox": "weak" if r.allow_weak_sandbox else "full"})
     return pd.DataFrame(rows, columns=["run_id", "axis", "cell", "iterations", "best_fitness",
-                                       "best_candidate", "status", "started_at"])
+                                       "best_candidate", "status", "started_at", "sandbox"])
 
 
 def candidate(run: Run, cid: str | None) -> tuple[str, dict[str, Any]]:

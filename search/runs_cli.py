@@ -48,10 +48,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
         console.print(f"no runs under {R.runs_root(args.runs_dir)}")
         return 0
     t = _table(f"runs in {R.runs_root(args.runs_dir)}",
-               ["run", "axis", "cell", "iterations", "best fitness", "best candidate", "status"],
+               ["run", "axis", "cell", "iterations", "best fitness", "best candidate", "status", "sandbox"],
                fold=("run", "cell", "best candidate"))
     for r in df.itertuples():
-        t.add_row(r.run_id, r.axis, r.cell, r.iterations, _f(r.best_fitness, "{:.4f}"), _s(r.best_candidate), r.status)
+        t.add_row(r.run_id, r.axis, r.cell, r.iterations, _f(r.best_fitness, "{:.4f}"), _s(r.best_candidate), r.status,
+                  "WEAK (--allow-weak-sandbox)" if r.sandbox == "weak" else r.sandbox)
     console.print(t)
     return 0
 
@@ -60,10 +61,11 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     run = R.resolve_run(R.runs_root(args.runs_dir), args.run)
     df = R.candidates(run).head(args.top)
     if args.json:
-        print(json.dumps({"run_id": run.run_id, "status": run.status,
+        print(json.dumps({"run_id": run.run_id, "status": run.status, "allow_weak_sandbox": run.allow_weak_sandbox,
                           "candidates": json.loads(df.to_json(orient="records"))}))
         return 0
-    t = _table(f"{run.run_id} ({run.axis} on {run.cell}, {run.status}): top {len(df)}",
+    weak = ", WEAK SANDBOX (--allow-weak-sandbox)" if run.allow_weak_sandbox else ""
+    t = _table(f"{run.run_id} ({run.axis} on {run.cell}, {run.status}{weak}): top {len(df)}",
                ["#", "candidate", "fitness [95% CI]", "mean JCT (s)", "p99 JCT (s)", "island", "gen", "parent",
                 "status"], fold=("candidate", "fitness [95% CI]", "parent", "status"))
     for r in df.itertuples():

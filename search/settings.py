@@ -39,6 +39,7 @@ class EvaluatorSettings(_Strict):
     stage1_threshold: float = Field(0.0, ge=0)
     simulator: str = "simcore.sim:simulate"
     leak_check: bool = True
+    allow_weak_sandbox: bool = False   # --allow-weak-sandbox: run where an isolation layer is missing
 
 
 class SearchSettings(_Strict):
