@@ -112,6 +112,25 @@ def _write_proc(name: str, data: bytes) -> None:
         os.close(fd)
 
 
+def _no_nested_namespaces() -> str:
+    """Limit every kind of namespace to 0 inside ours (per-user-namespace sysctls), so that
+    even past seccomp the worker cannot make a user namespace and regain capabilities in it."""
+    failed = []
+    for kind in ("user", "mnt", "pid", "ipc", "uts", "net", "cgroup", "time"):
+        try:
+            fd = os.open("/proc/sys/user/max_%s_namespaces" % kind, os.O_WRONLY)
+        except OSError:
+            failed.append(kind)
+            continue
+        try:
+            os.write(fd, b"0")
+        except OSError:
+            failed.append(kind)
+        finally:
+            os.close(fd)
+    return "no nested namespaces" if not failed else "nested namespaces not limited: " + ", ".join(failed)
+
+
 def _empty_root(h: Host, mount_point: str) -> str:
     """pivot_root into an empty read-only tmpfs mounted on `mount_point`; "" or why not."""
     libc = h.libc
@@ -177,6 +196,8 @@ def isolate(cfg: dict) -> Layers:
             _write_proc("uid_map", _ids_map(uid))
         except OSError as e:
             layers.mark("userns", False, "id maps: %s" % e)
+        else:
+            layers.mark("userns", True, detail=_no_nested_namespaces())
     if ns_ok and "utsns" in want:
         if h.libc.sethostname(HOSTNAME, len(HOSTNAME)) != 0 or h.libc.setdomainname(HOSTNAME, len(HOSTNAME)) != 0:
             layers.mark("utsns", False, "sethostname: " + h.errno())
