@@ -202,6 +202,7 @@ def bench(cell: str, repeats: int, unpinned: bool = False, bound: bool = False, 
             names.append("eager")
         inproc_t: list[float] = []
         times: dict[str, list[float]] = {v: [] for v in names}
+        cpus: dict[str, list[float]] = {v: [] for v in names}  # worker CPU per run: steadier than wall time
         worker_cpu: list[float] = []
         free_t: list[float] = []
         calls = frames = 0
@@ -229,6 +230,7 @@ def bench(cell: str, repeats: int, unpinned: bool = False, bound: bool = False, 
                     eager_frames = n_frames
                 if i:
                     times[v].append(t_sb)
+                    cpus[v].append(cpu / max(1, n_calls) * 1e6)
                 ref = base_log if base_log is not None else log_sb
                 if log_sb != ref:
                     raise SystemExit(f"{label} ({v}): sandboxed decisions differ from in-process ones")
@@ -243,7 +245,8 @@ def bench(cell: str, repeats: int, unpinned: bool = False, bound: bool = False, 
         if unpinned:
             extra["unpinned_ratio"] = round(statistics.median(free_t) / a, 3)
         extra["variants"] = {v: {"ratio": round(statistics.median(times[v]) / a, 3),
-                                 "ratio_paired": round(statistics.median(x / y for x, y in zip(times[v], inproc_t)), 3)}
+                                 "ratio_paired": round(statistics.median(x / y for x, y in zip(times[v], inproc_t)), 3),
+                                 "worker_cpu_us_per_call": round(statistics.median(cpus[v]), 2)}
                              for v in names if v != "sandboxed"}
         if "eager" in times:
             extra["eager_round_trips"] = eager_frames
@@ -261,7 +264,7 @@ def bench(cell: str, repeats: int, unpinned: bool = False, bound: bool = False, 
                      "overhead_us_per_round_trip": round((b - a) / max(1, frames) * 1e6, 1),
                      # the worker's own CPU (decode, policy, encode, its syscalls); the rest of
                      # the overhead is the parent's encoding and waiting for a CPU to switch to
-                     "worker_cpu_us_per_call": round(statistics.median(worker_cpu) / max(1, calls) * 1e6, 1),
+                     "worker_cpu_us_per_call": round(statistics.median(worker_cpu) / max(1, calls) * 1e6, 2),
                      "layout": layout, "repeats": repeats, **extra})
     return rows
 
@@ -310,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['worker_cpu_us_per_call']:.0f} us per call)")
             for v, x in r["variants"].items():
                 more = f" ({r['eager_round_trips']} round trips)" if v == "eager" else ""
-                print(f"{'':22s} {v}{more}: ratio {x['ratio']:.2f}x (paired {x['ratio_paired']:.2f}x)")
+                print(f"{'':22s} {v}{more}: ratio {x['ratio']:.2f}x (paired {x['ratio_paired']:.2f}x), "
+                      f"worker CPU {x['worker_cpu_us_per_call']:.1f} us per call")
             if "unpinned_ratio" in r:
                 print(f"{'':22s} worker not pinned to the parent's CPU: ratio {r['unpinned_ratio']:.2f}x")
             d = r.get("deferral_bound")
