@@ -173,6 +173,54 @@ class TooLarge(Exception):
     """A line longer than MAX_REPLY_BYTES."""
 
 
+def cpu_ns(pid: int) -> int | None:
+    """CPU time a process has run, in ns (/proc/PID/schedstat), or None where unreadable."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as fh:
+            return int(fh.read().split(None, 1)[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Allowance:
+    """A deadline in the worker's CPU time, with a wall-clock cap.
+
+    A decision deadline is there to stop a candidate that computes too long. On a loaded
+    machine a worker may also be starved of the CPU, and a wall-clock deadline would then
+    stop a candidate for the machine's load (a test that flakes, a search that scores by
+    luck). So when the wall deadline passes, the worker is stopped only if it used its
+    allowance of CPU since the parent started waiting; otherwise the wait goes on, until
+    the cap (WALL_CAP x the allowance, at least 2 s more). The worker can do nothing but
+    compute or wait for the parent (seccomp: no sleep, no futex, no poll), so a worker that
+    neither answers nor computes is stopped at the cap. Where /proc is unreadable, the wall
+    deadline is the deadline.
+    """
+    WALL_CAP = 10.0
+
+    def __init__(self, pid: int, seconds: float, deadline: float, per: float | None = None) -> None:
+        self.pid, self.seconds, self.deadline = pid, seconds, deadline
+        self.per = seconds if per is None else per  # the limit as the user set it (per decision)
+        self.cap = deadline + max((self.WALL_CAP - 1.0) * seconds, 2.0)
+        self.cpu0: int | None = None
+
+    def start(self) -> None:
+        """The parent begins to wait: the CPU the worker uses from here is counted."""
+        if self.cpu0 is None:
+            self.cpu0 = cpu_ns(self.pid)
+
+    def extend(self) -> bool:
+        """The wall deadline passed: True (and a later deadline) if the worker was starved."""
+        now = time.monotonic()
+        cpu = cpu_ns(self.pid) if self.cpu0 is not None else None
+        if cpu is None or now >= self.cap:
+            return False
+        used = (cpu - self.cpu0) / 1e9
+        if used >= 0.95 * self.seconds:
+            return False
+        self.deadline = min(self.cap, now + max(self.seconds - used, 0.01))
+        return True
+
+
 class LineReader:
     """Lines off a non-blocking pipe, read before polling: the worker usually ran while the
     parent wrote, so its answer is already waiting and no poll() syscall is needed."""
@@ -184,8 +232,9 @@ class LineReader:
         self._poll.register(fd, select.POLLIN)
         self.polls = 0  # how often it had to wait (tests)
 
-    def read_line(self, deadline: float) -> bytes:
-        """The next line without its newline; raises Deadline, Closed or TooLarge."""
+    def read_line(self, deadline: float, waiting: Any = None) -> bytes:
+        """The next line without its newline; raises Deadline, Closed or TooLarge.
+        `waiting()` is called once, when the line is not there yet and polling begins."""
         buf = self.buf
         if not buf:  # the usual case: one read brings exactly one line
             try:
@@ -209,6 +258,9 @@ class LineReader:
             try:
                 chunk = os.read(self.fd, 1 << 16)
             except BlockingIOError:
+                if waiting is not None:
+                    waiting()
+                    waiting = None
                 left = deadline - time.monotonic()
                 self.polls += 1
                 if left <= 0 or not self._poll.poll(left * 1000.0):
@@ -273,11 +325,12 @@ class WorkerProcess:
         _LIVE.add(self)
         self._pids: list[int] = []  # the worker's, once known: _reap waits for it to be gone
         self._finalizer = weakref.finalize(self, WorkerProcess._reap, self.proc, self._cwd, self._pids)
-        deadline = time.monotonic() + load_timeout_s
-        self._start(deadline, load_timeout_s)
-        self._send(wire.frame({"source": source, "axis": axis, "wire": self.enc.wire}), deadline, load_timeout_s,
+        allowance = Allowance(self.proc.pid, load_timeout_s, time.monotonic() + load_timeout_s)
+        self._start(allowance)
+        allowance.pid, allowance.cpu0 = self.pid, None  # from here the worker's own CPU counts
+        self._send(wire.frame({"source": source, "axis": axis, "wire": self.enc.wire}), allowance,
                    "loading the policy")
-        ok, info = self._line(deadline, load_timeout_s, "loading the policy", max_depth=3)
+        ok, info = self._line(allowance, "loading the policy", max_depth=3)
         if ok != 1 or not isinstance(info, dict):
             self._fail(str(info) if isinstance(info, str) else "worker sent a malformed load reply")
         self.info: dict[str, Any] = {"class": safe_text(info.get("class", ""), 200),
@@ -285,13 +338,13 @@ class WorkerProcess:
                                      "engine_args": info.get("engine_args", {})}
         self.layout = layout.landed(self.proc.pid, plan)  # "mirrored" or "off: why" (a speed matter)
 
-    def _start(self, deadline: float, timeout_s: float) -> None:
+    def _start(self, allowance: Allowance) -> None:
         """Read the keeper's pid line and the worker's layer report (either order), check the
         report, and refuse a weak sandbox unless allowed. Nothing of the candidate exists yet."""
         what = "starting the sandbox"
         reported: dict[str, str] | None = None
         while self.pid < 0 or reported is None:
-            ok, value = self._line(deadline, timeout_s, what, max_depth=2)
+            ok, value = self._line(allowance, what, max_depth=2)
             if ok == 2 and type(value) is int and value > 0 and self.pid < 0:
                 self.pid = value
                 self._pids.append(value)
@@ -341,7 +394,7 @@ class WorkerProcess:
             return f"exceeded its CPU budget of {self.cpu_budget_s:g} s while {what}"
         if rc == -signal.SIGXCPU:
             return f"exceeded its CPU budget of {self.cpu_budget_s:g} s while {what}"
-        if rc == -signal.SIGALRM:  # the worker's own per-call deadline in a frame of many calls
+        if rc == -signal.SIGPROF:  # the worker's own per-call deadline (CPU time) in a frame of many calls
             return f"decision deadline of {self.decision_timeout_s:g} s exceeded while {what}"
         if rc == -signal.SIGSYS:
             return f"made a forbidden system call while {what}"
@@ -406,10 +459,10 @@ class WorkerProcess:
                 self.reader.buf += data
             elif data is not None:  # end of file: the worker is gone
                 self._fail(self._exit_reason(what))
-        deadline = time.monotonic() + timeout_s * n
+        allowance = Allowance(self.pid, timeout_s * n, time.monotonic() + timeout_s * n, per=timeout_s)
         if sent != len(msg):
-            self._send(msg[sent:], deadline, timeout_s, what)
-        return [self._recv(deadline, timeout_s, what) for _ in range(n)]
+            self._send(msg[sent:], allowance, what)
+        return [self._recv(allowance, what) for _ in range(n)]
 
     def flush(self) -> None:
         """Run every deferred call now; raises on the first failure."""
@@ -430,8 +483,13 @@ class WorkerProcess:
         out, self._ready = self._ready, []
         return out
 
-    def _send(self, msg: bytes, deadline: float, timeout_s: float, what: str) -> None:
+    @staticmethod
+    def _deadline_reason(allowance: Allowance, what: str) -> str:
+        return f"decision deadline of {allowance.per:g} s exceeded while {what}"
+
+    def _send(self, msg: bytes, allowance: Allowance, what: str) -> None:
         view = memoryview(msg)
+        allowance.start()
         while view:
             try:
                 n = os.write(self._out, view)
@@ -441,27 +499,28 @@ class WorkerProcess:
                 pass
             except BrokenPipeError:
                 self._fail(self._exit_reason(what))
-            left = deadline - time.monotonic()
-            if left <= 0 or not self._poll_out.poll(left * 1000.0):
-                self._fail(f"decision deadline of {timeout_s:g} s exceeded while {what}")
+            left = allowance.deadline - time.monotonic()
+            if (left <= 0 or not self._poll_out.poll(left * 1000.0)) and not allowance.extend():
+                self._fail(self._deadline_reason(allowance, what))
 
-    def _read_line(self, deadline: float, timeout_s: float, what: str) -> bytes:
-        try:
-            return self.reader.read_line(deadline)
-        except Deadline:
-            self._fail(f"decision deadline of {timeout_s:g} s exceeded while {what}")
-        except Closed:
-            self._fail(self._exit_reason(what))
-        except TooLarge:
-            self._fail(f"answer larger than {MAX_REPLY_BYTES} bytes while {what}")
-        raise AssertionError("unreachable")
+    def _read_line(self, allowance: Allowance, what: str) -> bytes:
+        while True:
+            try:
+                return self.reader.read_line(allowance.deadline, allowance.start)
+            except Deadline:
+                if not allowance.extend():
+                    self._fail(self._deadline_reason(allowance, what))
+            except Closed:
+                self._fail(self._exit_reason(what))
+            except TooLarge:
+                self._fail(f"answer larger than {MAX_REPLY_BYTES} bytes while {what}")
 
-    def _recv(self, deadline: float, timeout_s: float, what: str) -> Any:
-        return self._parse(self._read_line(deadline, timeout_s, what), what)
+    def _recv(self, allowance: Allowance, what: str) -> Any:
+        return self._parse(self._read_line(allowance, what), what)
 
-    def _line(self, deadline: float, timeout_s: float, what: str, max_depth: int) -> tuple[int, Any]:
+    def _line(self, allowance: Allowance, what: str, max_depth: int) -> tuple[int, Any]:
         """A start-up or load line: [tag, value] with tag 0..3."""
-        line = self._read_line(deadline, timeout_s, what)
+        line = self._read_line(allowance, what)
         try:
             msg = _loads(line)
             if type(msg) is not list or len(msg) != 2 or type(msg[0]) is not int or wire._too_deep(msg[1], max_depth):

@@ -663,3 +663,32 @@ def test_large_deferred_batches_cross_the_pipe_whole():
         assert w.calls / w.frames > 20  # > 20 calls of > 200 bytes each: every frame outgrew the pipe
     finally:
         pol.close()
+
+
+# --------------------------------------------------------------------------- deadlines under load
+def test_a_starved_worker_is_not_stopped_for_the_machines_load():
+    """The decision deadline counts the worker's CPU, not the wall clock: a worker that gets
+    no CPU (stopped here with SIGSTOP, as a loaded machine would starve it) still answers."""
+    import threading
+    pol = load_sandboxed_policy(COUNTER, "scheduling", decision_timeout_s=0.3)
+    try:
+        pid = pol.sandbox.pid
+        os.kill(pid, signal.SIGSTOP)
+        threading.Timer(1.0, os.kill, (pid, signal.SIGCONT)).start()  # 3x the deadline, no CPU used
+        t = time.monotonic()
+        assert pol.priority(pview(k=1), 1.0) == 11
+        assert time.monotonic() - t >= 0.9
+    finally:
+        pol.close()
+
+
+def test_a_worker_that_neither_computes_nor_answers_is_stopped_at_the_wall_cap():
+    pol = load_sandboxed_policy(COUNTER, "scheduling", decision_timeout_s=0.2)
+    try:
+        os.kill(pol.sandbox.pid, signal.SIGSTOP)
+        t = time.monotonic()
+        with pytest.raises(SandboxViolation, match="decision deadline of 0.2 s exceeded while priority"):
+            pol.priority(pview(), 1.0)
+        assert 2.0 <= time.monotonic() - t < 6.0  # the cap: 10x the deadline, at least 2 s more
+    finally:
+        pol.close()

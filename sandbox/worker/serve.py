@@ -275,9 +275,10 @@ def serve(policy, frames, decision_s, default_bind):
     flat_sig = not (views.WIRE["signals"] and views.WIRE["signals"][-1] == "instances")
     write = os.write
     # A frame of many calls (deferred priorities) has one deadline in the parent,
-    # decision_s per call; here each call also gets its own, so a stuck call ends the worker
-    # (SIGALRM's default action) within decision_s, as a lone call would.
-    alarm, real = signal.setitimer, signal.ITIMER_REAL
+    # decision_s per call; here each call also gets its own, in CPU time (ITIMER_PROF, as
+    # the parent's), so a stuck call ends the worker (SIGPROF's default action) within
+    # decision_s of computing, as a lone call would, and a starved one does not.
+    alarm, real = signal.setitimer, signal.ITIMER_PROF
     while True:
         calls = frames.next()
         if calls is None:
