@@ -38,6 +38,7 @@ class EvalPlan:
     timeout_s: float = 900.0
     simulator: str = DEFAULT_SIMULATOR
     fixed: Fixed = field(default_factory=dict)   # the other axes' policies (--with)
+    allow_weak_sandbox: bool = False        # run candidates where an isolation layer is unavailable
 
 
 class Evaluation(BaseModel):
@@ -109,7 +110,8 @@ class RayEvaluator:
             if self._closing:
                 raise EvaluationCancelled()
             ref = self._remote.remote(source, self.plan.axis, self.plan.seed_source, cells, draws,
-                                      self.plan.simulator, check, leak_cell, self.plan.fixed)
+                                      self.plan.simulator, check, leak_cell, self.plan.fixed,
+                                      self.plan.allow_weak_sandbox)
             self.in_flight += 1
             self._refs.add(ref)
         return ref

@@ -77,13 +77,13 @@ def _close(policy: Any) -> None:
         close()
 
 
-def _fixed_policies(fixed: Fixed | None) -> tuple[dict[str, Any], list[Any]]:
+def _fixed_policies(fixed: Fixed | None, allow_weak_sandbox: bool = False) -> tuple[dict[str, Any], list[Any]]:
     """Policy arguments for the fixed axes; file policies are loaded through the sandbox."""
     kw: dict[str, Any] = {}
     opened: list[Any] = []
     for axis, spec in (fixed or {}).items():
         if "source" in spec:
-            pol = admission.load_policy(spec["source"], axis)
+            pol = admission.load_policy(spec["source"], axis, allow_weak_sandbox)
             opened.append(pol)
             kw[axis] = pol
         else:
@@ -105,7 +105,8 @@ def _sandbox_kind(e: BaseException) -> FailureKind | None:
 
 def run_policy(source: str, axis: str, seed_source: str, cells: list[str], seeds: list[int],
                simulator: str = DEFAULT_SIMULATOR, check: bool = True,
-               leak_check: str | None = None, fixed: Fixed | None = None) -> dict[str, Any]:
+               leak_check: str | None = None, fixed: Fixed | None = None,
+               allow_weak_sandbox: bool = False) -> dict[str, Any]:
     """Admit `source` (when `check`), optionally run the counterfactual leakage test on the
     cell `leak_check`, then simulate it on every (cell, seed) with the fixed policies of
     the other axes.
@@ -118,15 +119,15 @@ def run_policy(source: str, axis: str, seed_source: str, cells: list[str], seeds
         if check:
             admission.admit(source, axis, seed_source)
         if leak_check:
-            admission.check_leakage(source, axis, leak_check, seeds[0])
+            admission.check_leakage(source, axis, leak_check, seeds[0], allow_weak_sandbox=allow_weak_sandbox)
         simulate = resolve_simulator(simulator)
         runs: dict[str, dict[str, Any]] = {}
         for cell in cells:
             runs[cell] = {}
             for seed in seeds:
                 # Fresh objects per run: evolved policies keep state (e.g. gap estimates).
-                policy = admission.load_policy(source, axis)
-                others, opened = _fixed_policies(fixed)
+                policy = admission.load_policy(source, axis, allow_weak_sandbox)
+                others, opened = _fixed_policies(fixed, allow_weak_sandbox)
                 try:
                     res = simulate(cell, seed=seed, **others, **{axis: policy})
                 finally:

@@ -45,6 +45,8 @@ def register_main(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--run-dir", metavar="DIR", help="where to write the run (default runs/<run-id>)")
     g.add_argument("--workers", type=int, help="parallel evaluations (default: all cores)")
     g.add_argument("--timeout", type=float, metavar="S", help="hard limit per evaluation stage, seconds")
+    g.add_argument("--allow-weak-sandbox", action="store_true", default=None,
+                   help="evaluate candidates even where a sandbox isolation layer is unavailable (recorded in the run)")
 
 
 def register(subparsers: Any) -> None:
@@ -101,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(bad)
     try:
         overrides = {"iterations": args.iterations, "islands": args.islands, "population": args.population,
-                     "seed": args.seed, "workers": args.workers, "timeout_s": args.timeout}
+                     "seed": args.seed, "workers": args.workers, "timeout_s": args.timeout,
+                     "evaluator": {"allow_weak_sandbox": True} if getattr(args, "allow_weak_sandbox", None) else None}
         settings = load_settings(args.config, overrides)
         fixed = parse_with(args.fixed, args.axis)
         entries = entries_for(args.llm, args.api_base, settings.llm)

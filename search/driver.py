@@ -227,7 +227,8 @@ def execute(run: RunDir, ray_address: str | None = None, console: Console | None
                     cells=(cell_name, *[c for c in ev_cfg.extra_cells if c != cell_name]), draws=draws,
                     stage1=ev_cfg.stage1, stage1_threshold=ev_cfg.stage1_threshold,
                     leak_cell=short_cell(cell_name, ev_cfg.leak_cell) if ev_cfg.leak_check else None,
-                    timeout_s=settings.timeout_s, simulator=ev_cfg.simulator, fixed=fixed_for_tasks(run, meta))
+                    timeout_s=settings.timeout_s, simulator=ev_cfg.simulator, fixed=fixed_for_tasks(run, meta),
+                    allow_weak_sandbox=ev_cfg.allow_weak_sandbox)
     workers = settings.effective_workers()
     try:
         where = raypool.connect(ray_address, workers)

@@ -46,14 +46,35 @@ def plot_islands(run: Run, out: Path) -> Path:
     return _save(fig, out / "fitness_islands.png")
 
 
+def axis_is_shipped(axis: str, spec: str) -> bool:
+    from simcore.policies.registry import policy_names
+    return spec in policy_names(axis)
+
+
 def simulate_pair(run: Run, best_path: Path) -> dict[str, Any]:
     """Re-simulate seed and best on the run's cell and first workload draw (deterministic),
-    with the other axes fixed as in the run (`--with`)."""
+    with the other axes fixed as in the run (`--with`). Every policy file of the run (seed,
+    best, a fixed axis given as a file) runs in a sandboxed worker, never in this process."""
+    from sandbox.client import load_sandboxed_policy
     from simcore.sim import simulate
+
+    def sandboxed(path: Path, axis: str) -> Any:
+        return load_sandboxed_policy(path.read_text(encoding="utf-8"), axis,
+                                     allow_weak_sandbox=run.allow_weak_sandbox)
+
     seed = run.workload_seeds[0]
-    fixed = run.fixed_policies
-    return {label: simulate(run.cell, seed=seed, **fixed, **{run.axis: str(path)})
-            for label, path in (("seed", run.root / "seed.py"), ("best", best_path))}
+    out = {}
+    for label, path in (("seed", run.root / "seed.py"), ("best", best_path)):
+        pols = {axis: (spec if axis_is_shipped(axis, spec) else sandboxed(Path(spec), axis))
+                for axis, spec in run.fixed_policies.items()}
+        pols[run.axis] = sandboxed(path, run.axis)
+        try:
+            out[label] = simulate(run.cell, seed=seed, **pols)
+        finally:
+            for p in pols.values():
+                if not isinstance(p, str):
+                    p.close()
+    return out
 
 
 def plot_jct_cdf(run: Run, results: dict[str, Any], out: Path) -> Path:

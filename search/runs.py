@@ -88,6 +88,11 @@ class Run:
             out[axis] = spec["name"] if "name" in spec else str((self.root / spec["file"]).resolve())
         return out
 
+    @property
+    def allow_weak_sandbox(self) -> bool:
+        """Whether the run evaluated candidates with a sandbox lacking a layer (--allow-weak-sandbox)."""
+        return bool((self.meta.config.get("evaluator") or {}).get("allow_weak_sandbox"))
+
     def seed_source(self) -> str:
         p = self.root / "seed.py"
         if not p.is_file():
@@ -198,11 +203,12 @@ def runs_table(base: Path) -> pd.DataFrame:
                      "heldout_fitness": h.fitness if h else None, "heldout_lo": h.fitness_ci[0] if h else None,
                      "winner": m.winner, "llm_failures": m.counts.llm_failures,
                      "format_failures": m.counts.format_failures, "failed_candidates": m.counts.failed_candidates,
-                     "status": r.status, "started_at": m.started_at, "error": m.error})
+                     "status": r.status, "started_at": m.started_at, "error": m.error,
+                     "sandbox": "weak" if r.allow_weak_sandbox else "full"})
     return pd.DataFrame(rows, columns=["run_id", "axis", "cell", "fixed", "llm", "iterations", "best_candidate",
                                        "best_fitness", "best_lo", "heldout_fitness", "heldout_lo", "winner",
                                        "llm_failures", "format_failures", "failed_candidates", "status",
-                                       "started_at", "error"])
+                                       "started_at", "error", "sandbox"])
 
 
 def candidate(run: Run, cid: str | None) -> tuple[str, dict[str, Any]]:

@@ -91,9 +91,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
                                                       + (" n.s." if _missing(r.winner) else " winner"))
         status = r.status if _missing(r.error) else f"{r.status}: {r.error}"
         rows.append([r.run_id, r.cell, r.axis, _s(r.fixed), _s(r.llm), r.iterations, best, ho,
-                     str(r.llm_failures), str(r.failed_candidates), status])
+                     str(r.llm_failures), str(r.failed_candidates), status,
+                     "WEAK (--allow-weak-sandbox)" if r.sandbox == "weak" else r.sandbox])
     _emit(f"runs in {base}", ["run", "cell", "axis", "fixed", "llm", "iter", "best (in-sample)", "held-out",
-                              "LLM fail", "failed cand", "status"], rows, ("run", "cell"))
+                              "LLM fail", "failed cand", "status", "sandbox"], rows, ("run", "cell"))
     return 0
 
 
@@ -104,8 +105,10 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     df = R.candidates(run).head(args.top)
     if args.json:
         _print_json({"run_id": run.run_id, "status": run.status, "winner": run.meta.winner,
-                     "verdict": run.meta.verdict, "candidates": json.loads(df.to_json(orient="records"))})
+                     "verdict": run.meta.verdict, "allow_weak_sandbox": run.allow_weak_sandbox,
+                     "candidates": json.loads(df.to_json(orient="records"))})
         return 0
+    weak = ", WEAK SANDBOX (--allow-weak-sandbox)" if run.allow_weak_sandbox else ""
     rows = []
     for r in df.itertuples():
         ok = r.status == "ok"
@@ -118,7 +121,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         rows.append([str(r.rank), r.candidate_id, _ci(r.fitness, r.fitness_lo, r.fitness_hi) if ok else "0",
                      ho, _f(r.mean_jct_s, "{:,.1f}"), _f(r.island, "{:.0f}"), _f(r.generation, "{:.0f}"),
                      _s(r.parent_id, "(seed)"), _s(r.model), status])
-    _emit(f"{run.run_id} ({run.axis} on {run.cell}, {run.status}): top {len(df)}",
+    _emit(f"{run.run_id} ({run.axis} on {run.cell}, {run.status}{weak}): top {len(df)}",
           ["#", "candidate", "in-sample fitness [95% CI]", "held-out [CI]", "mean JCT (s)", "island", "gen",
            "parent", "model", "status"], rows, ("candidate", "parent"))
     if run.meta.verdict:

@@ -46,6 +46,7 @@ class EvaluatorSettings(_Strict):
     leak_cell: str | None = "auto"            # counterfactual leakage test here; auto = the family's short cell
     simulator: str = "simcore.sim:simulate"
     leak_check: bool = True
+    allow_weak_sandbox: bool = False   # --allow-weak-sandbox: run where an isolation layer is missing
     heldout: HeldOutSettings = HeldOutSettings()
 
     @model_validator(mode="after")
