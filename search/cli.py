@@ -13,9 +13,10 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from simcore.policies.base import AXES
+
 from .display import strip_control
 
-AXES = ("retention", "scheduling", "routing")
 _REEXEC_ENV = "AGENTSERVESIM_SEARCH_REEXEC"
 
 

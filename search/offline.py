@@ -21,7 +21,8 @@ from typing import Any
 
 from openevolve.llm.base import LLMInterface
 
-START, END = "# EVOLVE-BLOCK-START", "# EVOLVE-BLOCK-END"
+from sandbox.markers import END, START
+
 
 # Terms added to a scheduling score (lower runs first). Constants are starting points only.
 _SCHED_TERMS = [

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sandbox.markers import END, START
+from sandbox.policy_api import MODULES
 from simcore.pcb import OBSERVABLE_INSTANCE_FIELDS, OBSERVABLE_PCB_FIELDS, OBSERVABLE_SIGNAL_FIELDS
 
 _INTERFACE = {
@@ -70,7 +72,7 @@ the target cell raises fitness = seed mean JCT / candidate mean JCT. A change mu
 every workload draw to raise the score; a gain on one draw and a loss on another does not.
 OpenEvolve also keeps programs that differ in {feature_dimensions}.
 
-Change only the code between # EVOLVE-BLOCK-START and # EVOLVE-BLOCK-END. Answer with one or
+Change only the code between """ + f"{START} and {END}" + """. Answer with one or
 more SEARCH/REPLACE blocks; each SEARCH section must match the current program exactly:
 
 <<<<<<< SEARCH
@@ -82,6 +84,9 @@ more SEARCH/REPLACE blocks; each SEARCH section must match the current program e
 A complete program in one ```python block is accepted too, if everything outside the
 EVOLVE block is unchanged. Explain briefly why the change should lower JCT.
 """
+
+
+_MODULES = ", ".join(MODULES)
 
 
 def system_message(axis: str, cell: Any, fixed: dict[str, str], draws: list[int],
@@ -124,10 +129,10 @@ The score the search ranks by (combined_score) is the lower end of fitness's 95%
 (draw, program) pairs, so only a gain that holds across draws and programs counts.
 {cascade}{extra}
 RULES:
-- Change only code between # EVOLVE-BLOCK-START and # EVOLVE-BLOCK-END; edits elsewhere score 0.
-- Keep the class name and method signatures. Only `math`, heapq, bisect, collections, itertools,
-  functools, statistics, dataclasses and enum may be imported; no dunder attributes, no
-  getattr/eval/exec/open/type; no I/O. Each decision must be fast (microseconds): no loops over
+- Change only code between {START} and {END}; edits elsewhere score 0.
+- Keep the class name and method signatures. Only {_MODULES} may be imported
+  (collections, functools, dataclasses and enum: their public names that take no attribute
+  names or code as data); no dunder attributes, no getattr/eval/exec/open/type; no I/O. Each decision must be fast (microseconds): no loops over
   large ranges. Return values must follow the interface above.
 - Answer with SEARCH/REPLACE blocks whose SEARCH text matches the current program exactly.
 """
