@@ -19,8 +19,8 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from . import POLICY_FILE
-from .runtime import InstanceView, Signals, call, load_policy, parse_instance
+from . import policy
+from .runtime import InstanceView, Signals, call, parse_instance
 from .tracker import ProgramTracker
 
 _METRIC = re.compile(r"^vllm:(num_requests_running|num_requests_waiting|kv_cache_usage_perc)\{[^}]*\}\s+(\S+)",
@@ -37,7 +37,7 @@ def parse_metrics(text: str) -> dict[str, float]:
 class Router:
     def __init__(self, backends: list[str], metrics_interval_s: float = 0.5) -> None:
         self.backends = [b.rstrip("/") for b in backends]
-        self.policy = load_policy(POLICY_FILE, "routing")
+        self.policy = policy()
         self.tracker = ProgramTracker(None)
         self.interval = metrics_interval_s
         self._metrics: list[dict[str, float]] = [{} for _ in backends]
