@@ -13,11 +13,11 @@ from typing import Any
 
 CHECKED_BY = "sandbox.check.check_policy"   # what `admission_verdict` calls (recorded in metadata)
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def clean(text: object) -> str:
-    """Candidate-provided text, safe to print and store: control characters escaped."""
+    """Candidate-provided text, safe to print and store on one line: control characters escaped."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 

@@ -73,12 +73,7 @@ def plan(a: argparse.Namespace) -> tuple[list[list[str]], list[str], str]:
     """(server commands, their base URLs, the URL clients use)."""
     axis = METADATA["axis"]
     n = a.instances if a.instances is not None else (2 if axis == "routing" else 1)
-    if axis == "routing":
-        ports = [a.port + 1 + i for i in range(n)]
-    else:
-        if n != 1:
-            raise SystemExit(f"cpu_quickstart: --instances is for routing policies (this one is {axis})")
-        ports = [a.port]
+    ports = [a.port + 1 + i for i in range(n)] if axis == "routing" else [a.port]
     servers = [server_command(a.model_dir, a.host, p, a) for p in ports]
     urls = [f"http://{a.host}:{p}" for p in ports]
     return servers, urls, f"http://{a.host}:{a.port}"
@@ -149,6 +144,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                  "--kv-blocks")
     if a.instances is not None and a.instances < 1:
         ap.error("--instances must be at least 1")
+    if a.instances not in (None, 1) and METADATA["axis"] != "routing":
+        ap.error(f"--instances is for routing policies (this one is {METADATA['axis']})")
     return a
 
 
