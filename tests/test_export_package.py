@@ -78,12 +78,9 @@ def _fields(cls: type) -> list[tuple[str, str]]:
 
 
 def test_shim_matches_the_simulator_interfaces(exported):
+    """The view classes are generated (tests/test_export_schema.py); the bases are the shim's own."""
     rt = importlib.import_module(load_exported(exported[RET]).__name__ + ".runtime")
     assert _fields(rt.ProgramView) == _fields(sim_pcb.ProgramView)
-    assert tuple(f.name for f in dataclasses.fields(rt.ProgramView)) == tuple(
-        f.name for f in dataclasses.fields(sim_pcb.ProgramView))
-    assert _fields(rt.Signals) == _fields(sim_pcb.Signals)
-    assert _fields(rt.InstanceView) == _fields(sim_pcb.InstanceView)
     for axis, base in rt.BASES.items():
         sim = {"retention": sim_base.RetentionPolicy, "scheduling": sim_base.SchedulingPolicy,
                "routing": sim_base.RoutingPolicy}[axis]

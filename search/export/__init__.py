@@ -110,7 +110,11 @@ def export_run(run: Run, cid: str | None, to: str, out: Path | None, name: str |
     pkg = name or package_name(run.axis, cid)
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", pkg):
         raise RunsError(f"--name '{pkg}' is not a valid Python package name")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+    try:
+        occupied = out.exists() and (not out.is_dir() or any(out.iterdir()))
+    except OSError as e:
+        raise RunsError(f"{out}: cannot read ({e.strerror or type(e).__name__})") from None
+    if occupied and not force:
         raise RunsError(f"{out}: exists and is not empty (pass --force to overwrite)")
     runtime = schema.fill(_template("runtime.py"))
     sha = hashlib.sha256(data).hexdigest()
