@@ -19,7 +19,7 @@ from pathlib import Path
 from ..runs import Run, RunsError, candidate, require_ok
 
 from . import schema
-from .admission import admission_verdict, clean
+from .admission import admission_verdict
 
 VLLM_VERSION = "0.32.0"   # the version the exported scheduler was tested against (DESIGN §6)
 COMMON = ("__init__.py", "tracker.py", "client.py", "tiny_model.py", "cpu_quickstart.py")
