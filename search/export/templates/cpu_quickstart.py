@@ -88,7 +88,7 @@ def router_command(a: argparse.Namespace, backends: list[str]) -> list[str]:
 def ensure_model(model_dir: Path, max_model_len: int) -> None:
     cfg = model_dir / "config.json"
     if cfg.is_file() and json.loads(cfg.read_text()).get("max_position_embeddings") == max_model_len \
-            and (model_dir / "tokenizer.json").is_file():
+            and all((model_dir / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "model.safetensors")):
         print(f"using the tiny model in {model_dir}", flush=True)
         return
     from .tiny_model import make
