@@ -203,9 +203,12 @@ def _out_dir(value: str | None, default: Any) -> Any:
 def cmd_export(args: argparse.Namespace) -> int:
     from .export import export_run
     run = R.resolve_run(R.runs_root(args.runs_dir), args.run)
-    pkg = export_run(run, args.candidate, args.to, _out_dir(args.out, None), name=args.name, force=args.force)
+    pkg = export_run(run, args.candidate, args.to, _out_dir(args.out, None), name=args.name, force=args.force,
+                     force_inadmissible=args.force_inadmissible)
     console.print(Text(f"exported {run.run_id}/{pkg.candidate_id} ({run.axis}) to {pkg.out} as package "
                        f"'{pkg.package}'; see {pkg.out / 'README.md'}"))
+    for line in pkg.summary():
+        console.print(Text(line))
     return 0
 
 
@@ -246,6 +249,8 @@ def register(sub: Any) -> None:
     p.add_argument("--out", metavar="DIR", required=True)
     p.add_argument("--name", help="Python package name (default derived from axis and candidate)")
     p.add_argument("--force", action="store_true", help="overwrite a non-empty DIR")
+    p.add_argument("--force-inadmissible", action="store_true",
+                   help="export even if the sandbox's admission check now rejects the file (recorded)")
     _common(p)
     p.set_defaults(func=cmd_export)
 

@@ -42,3 +42,35 @@ def can_import(python: str, code: str) -> bool:
 # setuptools builds wheels by itself from 70.1; before that it needs the `wheel` package.
 BUILDS_WHEELS = ("import setuptools, importlib.util as u; v = tuple(int(x) for x in setuptools.__version__.split('.')[:2]);"
                  " raise SystemExit(0 if v >= (70, 1) or u.find_spec('wheel') else 1)")
+
+
+def importable(out: Path, where: Path) -> Path:
+    """A directory to put on PYTHONPATH so that the export in `out` imports under its package
+    name in a subprocess (the vLLM server's engine core included), without pip install."""
+    name = json.loads((out / "metadata.json").read_text())["package"]
+    where.mkdir(parents=True, exist_ok=True)
+    link = where / name
+    if not link.exists():
+        link.symlink_to(out.resolve(), target_is_directory=True)
+    return where
+
+
+def readme_python(readme: str, section: str) -> str:
+    """The first ```python block after the heading `section` of an exported README."""
+    import re
+    after = readme.split(section, 1)[1]
+    blocks = re.findall(r"```python\n(.*?)```", after, re.S)
+    assert blocks, f"no python block after {section!r}"
+    return blocks[0]
+
+
+def readme_bash(readme: str) -> list[str]:
+    """Every command line of the README's ```bash blocks (comments and blank lines dropped)."""
+    import re
+    lines = []
+    for block in re.findall(r"```bash\n(.*?)```", readme, re.S):
+        for line in block.splitlines():
+            line = line.split(" #", 1)[0].strip() if not line.lstrip().startswith("#") else ""
+            if line:
+                lines.append(line)
+    return lines

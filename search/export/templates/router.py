@@ -6,7 +6,8 @@ Instance signals come from each backend's Prometheus `/metrics` (running and wai
 requests, KV-cache usage; refreshed at most every `--metrics-interval` seconds); the
 program is the request's `session_id` / `X-Session-ID`, and `holds_program_kv` means the
 instance served that program's previous call. Responses (streamed or not) are relayed
-as they arrive. stdlib only.
+as they arrive, and read on the way for the program's state (tokens, the tool asked for,
+vLLM's per-request timing); a backend's error answer is relayed as is. stdlib only.
 """
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ import json
 import re
 import threading
 import time
+import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from . import POLICY_FILE
-from .runtime import InstanceView, Signals, call, load_policy, parse_instance
+from . import policy
+from .client import end_call
+from .runtime import InstanceView, Signals, call, parse_instance
 from .tracker import ProgramTracker
 
 _METRIC = re.compile(r"^vllm:(num_requests_running|num_requests_waiting|kv_cache_usage_perc)\{[^}]*\}\s+(\S+)",
@@ -37,7 +40,7 @@ def parse_metrics(text: str) -> dict[str, float]:
 class Router:
     def __init__(self, backends: list[str], metrics_interval_s: float = 0.5) -> None:
         self.backends = [b.rstrip("/") for b in backends]
-        self.policy = load_policy(POLICY_FILE, "routing")
+        self.policy = policy()
         self.tracker = ProgramTracker(None)
         self.interval = metrics_interval_s
         self._metrics: list[dict[str, float]] = [{} for _ in backends]
@@ -73,6 +76,55 @@ class Router:
         return idx, c
 
 
+class Watch:
+    """What a relayed answer says about its call: the JSON body of a plain response, or the
+    `data:` events of a streamed one (usage and vLLM's `metrics` come in the last events,
+    tool names in the deltas)."""
+
+    LIMIT = 16 << 20   # a bigger plain body is relayed but not read
+
+    def __init__(self, content_type: str) -> None:
+        self.sse = "event-stream" in content_type
+        self.json = "json" in content_type
+        self.buf = b""
+        self.seen: dict[str, Any] = {}
+        self.tool: str | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        if self.json and len(self.buf) <= self.LIMIT:
+            self.buf += chunk
+        elif self.sse:
+            self.buf += chunk
+            *lines, self.buf = self.buf.split(b"\n")
+            for line in lines:
+                if line.startswith(b"data: {"):
+                    self._event(line[6:])
+
+    def _event(self, data: bytes) -> None:
+        try:
+            d = json.loads(data)
+        except ValueError:
+            return
+        for key in ("usage", "metrics"):
+            if d.get(key):
+                self.seen[key] = d[key]
+        for choice in d.get("choices") or []:
+            for tc in (choice.get("delta") or {}).get("tool_calls") or []:
+                self.tool = (tc.get("function") or {}).get("name") or self.tool
+
+    def answer(self) -> dict[str, Any] | None:
+        if self.json and len(self.buf) <= self.LIMIT:
+            try:
+                d = json.loads(self.buf)
+            except ValueError:
+                return None
+            return d if isinstance(d, dict) else None
+        if self.sse and self.seen:
+            calls = [{"function": {"name": self.tool}}] if self.tool else []
+            return {**self.seen, "choices": [{"message": {"tool_calls": calls}}]}
+        return None
+
+
 def make_handler(router: Router) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - http.server API
@@ -88,8 +140,17 @@ def make_handler(router: Router) -> type[BaseHTTPRequestHandler]:
             req = urllib.request.Request(router.backends[idx] + self.path, data=body or None, method=self.command,
                                          headers={k: v for k, v in self.headers.items()
                                                   if k.lower() not in ("host", "content-length")})
+            answer = None
             try:
-                with urllib.request.urlopen(req, timeout=3600) as resp:  # noqa: S310
+                try:
+                    resp = urllib.request.urlopen(req, timeout=3600)  # noqa: S310 - the configured backend
+                except urllib.error.HTTPError as e:   # the backend's own error answer: relay it as is
+                    resp = e
+                except OSError as e:
+                    self.send_error(502, f"backend {router.backends[idx]} unreachable ({type(e).__name__})")
+                    return
+                with resp:
+                    watch = Watch(resp.headers.get("Content-Type") or "")
                     self.send_response(resp.status)
                     for k, v in resp.headers.items():
                         if k.lower() not in ("transfer-encoding", "connection", "content-length"):
@@ -99,9 +160,14 @@ def make_handler(router: Router) -> type[BaseHTTPRequestHandler]:
                     while chunk := resp.read1(65536):
                         self.wfile.write(chunk)
                         self.wfile.flush()
+                        watch.feed(chunk)
+                    answer = watch.answer() if resp.status == 200 else None
             finally:
                 if c is not None:
-                    router.tracker.end_call(c, 0, 0)
+                    if answer is not None:
+                        end_call(router.tracker, c, answer)   # tokens, tool, server-measured service
+                    else:
+                        router.tracker.end_call(c, 0, 0)
 
         do_GET = do_POST  # /v1/models etc. go to instance 0 (no session)
 

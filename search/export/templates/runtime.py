@@ -1,13 +1,19 @@
 """Runtime shim: lets the exported policy file run unchanged outside the simulator.
 
 It defines what the simulator injects into a policy file's globals (the base classes and
-`math`) and the per-program view the policy reads (`ProgramView`, same fields and
-meaning as AgentServeSim's causal PCB view), plus the decision checks. No dependencies.
+`math`) and the views the policy reads (`ProgramView`, `InstanceView`, `Signals`: generated
+at export time from AgentServeSim's simcore/pcb.py, so the fields and their meaning are the
+simulator's), plus the decision checks. No dependencies.
+
+The policy runs in this process with full Python rights: AgentServeSim admitted it in its
+sandbox (see metadata.json: "admission", "policy_sha256"), but once exported it is your code.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import types
+import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,55 +26,7 @@ class PolicyError(ValueError):
     """A policy returned something outside its schema, or raised."""
 
 
-@dataclass(frozen=True, slots=True)
-class ProgramView:
-    """What a policy may observe about one program at one instant (see tracker.py for how
-    each field is measured outside the simulator)."""
-    program_id: str
-    arrival_s: float
-    turn_index: int
-    turns_completed: int
-    attained_service_s: float
-    context_tokens: int
-    last_instance: int | None
-    kv_resident: bool
-    kv_resident_tokens: int
-    kv_protected: bool
-    protect_until: float | None
-    kv_tier: str | None
-    tool_name: str | None
-    gap_started_s: float | None
-    release_s: float | None
-    returned_tool_durations: tuple[float, ...]
-    returned_tool_names: tuple[str | None, ...]
-    completed_output_tokens: tuple[int, ...]
-    completed_prompt_tokens: tuple[int, ...]
-
-    def gap_elapsed_s(self, now: float) -> float | None:
-        if self.gap_started_s is None:
-            return None
-        return max(0.0, now - self.gap_started_s)
-
-
-@dataclass(frozen=True, slots=True)
-class InstanceView:
-    index: int
-    running: int
-    waiting: int
-    kv_utilization: float
-    free_tokens: int
-    holds_program_kv: bool
-
-    @property
-    def inflight(self) -> int:
-        return self.running + self.waiting
-
-
-@dataclass(frozen=True, slots=True)
-class Signals:
-    now: float
-    kv_utilization: float | None
-    instances: tuple[InstanceView, ...] = ()
+# {{SCHEMA}}
 
 
 PROGRAM_VIEW_FIELDS = tuple(f.name for f in fields(ProgramView))
@@ -112,13 +70,23 @@ class RoutingPolicy(_Policy):
 BASES = {"retention": RetentionPolicy, "scheduling": SchedulingPolicy, "routing": RoutingPolicy}
 
 
-def load_policy(path: str | Path, axis: str) -> Any:
-    """Execute the policy file with the globals the simulator gives it; return an instance."""
+def load_policy(path: str | Path, axis: str, sha256: str | None = None) -> Any:
+    """Execute the policy file with the globals the simulator gives it; return an instance.
+
+    This runs the file in the calling process (client, router or vLLM's engine core) with
+    full Python rights: it is the deployment the user chose. `sha256` is the exported
+    file's hash (metadata.json); a file that no longer matches it is loaded with a warning,
+    since what runs is then not what AgentServeSim admitted and measured.
+    """
     p = Path(path)
+    data = p.read_bytes()
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        warnings.warn(f"{p}: differs from the exported candidate (sha256 in metadata.json): it is not the "
+                      "code AgentServeSim admitted and measured", RuntimeWarning, stacklevel=2)
     mod = types.ModuleType("exported_policy")
     mod.__dict__.update({"RetentionPolicy": RetentionPolicy, "SchedulingPolicy": SchedulingPolicy,
                          "RoutingPolicy": RoutingPolicy, "math": math})
-    exec(compile(p.read_text(encoding="utf-8"), str(p), "exec"), mod.__dict__)  # noqa: S102
+    exec(compile(data.decode("utf-8"), str(p), "exec"), mod.__dict__)  # noqa: S102
     base = BASES[axis]
     found = [v for v in mod.__dict__.values() if isinstance(v, type) and issubclass(v, base) and v is not base]
     if not found:

@@ -26,8 +26,8 @@ from typing import Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from . import METADATA, POLICY_FILE
-from .runtime import PolicyError, RetentionDecision, Signals, call, load_policy, parse_retention
+from . import METADATA, policy
+from .runtime import PolicyError, RetentionDecision, Signals, call, parse_retention
 from .tracker import Call, KVState, ProgramTracker
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class RetentionMixin:
     IDLE_FORGET_S = 3600.0                 # forget programs idle this long (bounded memory)
 
     def _retention_init(self) -> None:
-        self.retention = load_policy(POLICY_FILE, "retention")
+        self.retention = policy()
         self.programs = ProgramTracker(None, clock=self.clock)
         self.pins: dict[str, Pin] = {}
         self.calls: dict[str, Call] = {}          # request id -> its tracked call

@@ -11,10 +11,12 @@ Field definitions (same as the simulator's PCB):
   turn_index           index of the call being released (0-based)
   turns_completed      calls that have completed
   attained_service_s   sum over completed calls of (completion - first scheduling); the
-                       simulator measures it inside the engine. Client side, pass
-                       `first_scheduled_s` (or `queued_s`) to end_call if the server reports
-                       it; otherwise the tracker uses the request start, which over-counts by
-                       the queueing delay (small unless the server is saturated).
+                       simulator measures it inside the engine. Client side, end_call takes
+                       the server's own measure when it has one: `service_s` (vLLM started
+                       with --enable-per-request-metrics reports it; client.end_call reads
+                       it), or `first_scheduled_s`, or `queued_s`; otherwise the tracker uses
+                       the request start, which also counts the queueing delay (and transfer
+                       times). `timing` counts the calls measured each way.
   context_tokens       prompt tokens of the released call (pass it; default: the previous
                        call's prompt + output tokens, a lower bound for an agent transcript)
   gap_started_s        completion time of the last call; the next begin_call records the
@@ -71,6 +73,8 @@ class ProgramTracker:
         t0 = time.monotonic()
         self.clock = clock or (lambda: time.monotonic() - t0)
         self.programs: dict[str, _Program] = {}
+        # completed calls whose service time was given (server timing) / taken from the request start
+        self.timing = {"given": 0, "from_request_start": 0}
         self._lock = threading.Lock()   # agents call from many threads
 
     def view(self, pid: str, now: float, kv: KVState | None = None) -> ProgramView:
@@ -123,13 +127,23 @@ class ProgramTracker:
 
     def end_call(self, c: Call, prompt_tokens: int, output_tokens: int, tool_name: str | None = None,
                  now: float | None = None, first_scheduled_s: float | None = None,
-                 queued_s: float | None = None) -> None:
-        """The call completed (response fully received); `tool_name` = the tool it asked for."""
+                 queued_s: float | None = None, service_s: float | None = None) -> None:
+        """The call completed (response fully received); `tool_name` = the tool it asked for.
+
+        Service time, best first: `service_s` (server-measured, first scheduling -> last
+        token), `first_scheduled_s` (tracker clock), `queued_s` (server-measured wait);
+        without any, request start -> now (includes queueing)."""
         with self._lock:
             now = self.clock() if now is None else now
             p = self.programs[c.program_id]
-            start = first_scheduled_s if first_scheduled_s is not None else c.release_s + (queued_s or 0.0)
-            p.attained_service_s += max(0.0, now - start)
+            if service_s is not None:
+                served = service_s
+            else:
+                start = first_scheduled_s if first_scheduled_s is not None else c.release_s + (queued_s or 0.0)
+                served = now - start
+            given = service_s is not None or first_scheduled_s is not None or queued_s is not None
+            self.timing["given" if given else "from_request_start"] += 1
+            p.attained_service_s += max(0.0, served)
             p.turns_completed = c.turn + 1
             p.completed_prompt_tokens.append(int(prompt_tokens))
             p.completed_output_tokens.append(int(output_tokens))

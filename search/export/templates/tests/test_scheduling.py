@@ -8,23 +8,40 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 import {{PACKAGE}} as pkg
-from {{PACKAGE}}.client import TrackedClient
+from {{PACKAGE}}.client import TrackedClient, check_priority_mode, end_call, observe, request_options
 from {{PACKAGE}}.runtime import ProgramView, Signals, parse_priority
 from {{PACKAGE}}.tracker import ProgramTracker
 
 
 class FakeOpenAI(BaseHTTPRequestHandler):
+    """An OpenAI-compatible server as vLLM 0.32 answers: `metrics` with
+    --enable-per-request-metrics, /server_info only with VLLM_SERVER_DEV_MODE=1."""
     seen: list = []
+    metrics: dict | None = None          # per-request timing to report, if any
+    scheduling_policy: str | None = None  # what /server_info says; None = no such endpoint
 
     def do_POST(self):  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         FakeOpenAI.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
         n = sum(len(m["content"]) for m in body["messages"])
-        reply = {"choices": [{"message": {"role": "assistant", "content": "ok", "tool_calls": [
-            {"type": "function", "function": {"name": "bash", "arguments": "{}"}}]}}],
-                 "usage": {"prompt_tokens": n, "completion_tokens": 5}}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
+        reply = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
+                 "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                     "role": "assistant", "content": "ok", "tool_calls": [
+                         {"id": "t1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]}}],
+                 "usage": {"prompt_tokens": n, "completion_tokens": 5, "total_tokens": n + 5}}
+        if FakeOpenAI.metrics is not None:
+            reply["metrics"] = FakeOpenAI.metrics
+        self._send(200, reply)
+
+    def do_GET(self):  # noqa: N802
+        if self.path.startswith("/server_info") and FakeOpenAI.scheduling_policy is not None:
+            self._send(200, {"vllm_config": {"scheduler_config": {"policy": FakeOpenAI.scheduling_policy}}})
+        else:
+            self._send(404, {"detail": "Not Found"})
+
+    def _send(self, code, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -36,7 +53,7 @@ class FakeOpenAI(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    FakeOpenAI.seen = []
+    FakeOpenAI.seen, FakeOpenAI.metrics, FakeOpenAI.scheduling_policy = [], None, None
     srv = ThreadingHTTPServer(("127.0.0.1", 0), FakeOpenAI)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{srv.server_address[1]}"
@@ -73,6 +90,70 @@ def test_requests_carry_priority_and_session(server):
         assert headers["x-session-id"] == "prog-a"  # HTTP header names are case-insensitive
         pol.bind(Signals(now=v.release_s, kv_utilization=None))
         assert body["priority"] == parse_priority(pol.priority(v, v.release_s))
+
+
+def test_extra_body_is_merged_with_the_users_own():
+    call = ProgramTracker(pkg.policy(), clock=lambda: 0.0).begin_call("prog-b", 300)
+    mine = {"top_k": 20, "vllm_xargs": {"trace": "on"}, "priority": 999, "session_id": "not-mine"}
+    opts = request_options(call, extra_body=mine, extra_headers={"X-Team": "a"})
+    assert opts["extra_body"] == {"top_k": 20, "vllm_xargs": {"trace": "on", "session_id": "prog-b"},
+                                  "priority": call.priority, "session_id": "prog-b"}
+    assert opts["extra_headers"] == {"X-Team": "a", "X-Session-ID": "prog-b"}
+    assert mine == {"top_k": 20, "vllm_xargs": {"trace": "on"}, "priority": 999, "session_id": "not-mine"}
+
+
+def test_attained_service_is_the_servers_when_it_reports_timing(server):
+    FakeOpenAI.metrics = {"time_to_first_token_ms": 200.0, "generation_time_ms": 300.0, "queue_time_ms": 4000.0}
+    ticks = iter([0.0, 10.0])      # begin at 0, response at 10: 4 s queued, 0.5 s served, the rest transfer
+    tracker = ProgramTracker(pkg.policy(), clock=lambda: next(ticks))
+    TrackedClient(server, "m", tracker).chat("p", [{"role": "user", "content": "hi"}], extra_body={"top_k": 1})
+    assert tracker.view("p", 11.0).attained_service_s == pytest.approx(0.5)
+    assert tracker.timing == {"given": 1, "from_request_start": 0}
+    assert FakeOpenAI.seen[-1][2]["top_k"] == 1
+
+
+def test_without_server_timing_service_counts_from_the_request_start_and_warns(server):
+    ticks = iter([0.0, 10.0])
+    tracker = ProgramTracker(pkg.policy(), clock=lambda: next(ticks))
+    with pytest.warns(RuntimeWarning, match="enable-per-request-metrics"):
+        TrackedClient(server, "m", tracker).chat("p", [{"role": "user", "content": "hi"}])
+    assert tracker.view("p", 11.0).attained_service_s == pytest.approx(10.0)
+    assert tracker.timing == {"given": 0, "from_request_start": 1}
+
+
+@pytest.mark.parametrize("policy, expect", [("fcfs", False), ("priority", True), (None, None)])
+def test_priority_mode_is_checked_where_the_server_says(server, policy, expect):
+    FakeOpenAI.scheduling_policy = policy
+    if expect is False:
+        with pytest.warns(RuntimeWarning, match="--scheduling-policy priority"):
+            assert check_priority_mode(server + "/v1") is False
+    else:
+        assert check_priority_mode(server) is expect
+    client = TrackedClient(server, "m", ProgramTracker(pkg.policy()))
+    if expect is False:
+        with pytest.warns(RuntimeWarning, match="accepted and ignored"):
+            client.chat("p", [{"role": "user", "content": "hi"}])
+    else:
+        client.chat("p", [{"role": "user", "content": "hi"}])
+    assert client.priority_mode is expect
+
+
+def test_end_call_reads_an_openai_sdk_response(server):
+    openai = pytest.importorskip("openai")
+    FakeOpenAI.metrics = {"time_to_first_token_ms": 50.0, "generation_time_ms": 150.0, "queue_time_ms": 1.0}
+    oai = openai.OpenAI(base_url=server + "/v1", api_key="EMPTY")
+    tracker = ProgramTracker(pkg.policy())
+    c = tracker.begin_call("sdk", 40)
+    resp = oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "x" * 40}], max_tokens=5,
+                                       **request_options(c, extra_body={"top_k": 3}))
+    o = end_call(tracker, c, resp)
+    assert (o.prompt_tokens, o.output_tokens, o.tool_name) == (40, 5, "bash")
+    assert o.service_s == pytest.approx(0.2) and observe(resp.model_dump()) == o
+    path, headers, body = FakeOpenAI.seen[-1]
+    assert body["top_k"] == 3 and body["session_id"] == "sdk" and headers["x-session-id"] == "sdk"
+    assert body["priority"] == c.priority
+    v = tracker.view("sdk", tracker.clock())
+    assert v.attained_service_s == pytest.approx(0.2) and v.tool_name == "bash" and v.turns_completed == 1
 
 
 def test_priority_order_in_vllm(tmp_path):

@@ -27,12 +27,13 @@ TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hid
               "rms_norm_eps": 1e-5, "torch_dtype": "float32", "bos_token_id": 1, "eos_token_id": 2}
 
 
-def make_scheduler(cls: type, tmp: Path, num_blocks: int = 41, max_num_seqs: int = 4) -> Any:
+def make_scheduler(cls: type, tmp: Path, num_blocks: int = 41, max_num_seqs: int = 4,
+                   max_num_batched_tokens: int = 2048) -> Any:
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "config.json").write_text(json.dumps(TINY_LLAMA))
     mc = ModelConfig(model=str(tmp), skip_tokenizer_init=True, max_model_len=2048)
-    sc = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=2048, max_model_len=2048,
-                         policy="priority", is_encoder_decoder=False)
+    sc = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                         max_model_len=2048, policy="priority", is_encoder_decoder=False)
     cc = CacheConfig(block_size=BLOCK, enable_prefix_caching=True)
     cc.num_gpu_blocks = num_blocks
     vc = VllmConfig(model_config=mc, scheduler_config=sc, cache_config=cc)
@@ -63,7 +64,10 @@ def step(s: Any) -> tuple[Any, list[str]]:
     sampled = []
     for rid in ids:
         r = s.requests[rid]
-        done_prefill = r.num_computed_tokens + out.num_scheduled_tokens[rid] >= r.num_tokens
+        # schedule() has already advanced num_computed_tokens by this step's tokens; a
+        # request samples only once its whole prompt is computed (a partial prefill chunk
+        # samples nothing, as vLLM's model runner discards it).
+        done_prefill = r.num_computed_tokens >= r.num_tokens
         sampled.append([7] if done_prefill else [])
     mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
                             sampled_token_ids=sampled)
