@@ -13,11 +13,12 @@ import sys
 import tempfile
 from typing import Any, Iterator
 
+from simcore.errors import UserError
 
 _started_here = False
 
 
-class RayUnavailable(RuntimeError):
+class RayUnavailable(UserError, RuntimeError):
     """Ray could not be started or joined; the message is one line."""
 
 

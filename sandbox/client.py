@@ -8,11 +8,14 @@ lacks an isolation layer raises `SandboxUnavailable` unless weak sandboxes are a
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from simcore.config import EngineArgs
+from simcore.policies.base import PolicyError
+from simcore.textio import read_text
 
 from . import wire
 from .errors import SandboxUnavailable, SandboxViolation
@@ -22,7 +25,7 @@ from .process import (DEFAULT_CPU_BUDGET_S, DEFAULT_DECISION_TIMEOUT_S, DEFAULT_
 from .proxies import PROXIES
 from .wire import ViewEncoder
 
-__all__ = ["load_sandboxed_policy", "SandboxViolation", "SandboxUnavailable", "WorkerProcess", "ViewEncoder",
+__all__ = ["load_sandboxed_policy", "load_policy_file", "SandboxViolation", "SandboxUnavailable", "WorkerProcess", "ViewEncoder",
            "DEFAULT_CPU_BUDGET_S", "DEFAULT_DECISION_TIMEOUT_S", "DEFAULT_MEMORY_MB", "LOAD_TIMEOUT_S"]
 
 
@@ -81,3 +84,9 @@ def load_sandboxed_policy(source: str, axis: str, *, decision_timeout_s: float =
     if axis == "scheduling":
         policy.defers_priority = defer
     return policy
+
+
+def load_policy_file(path: str | Path, axis: str, *, allow_weak_sandbox: bool = False) -> Any:
+    """`load_sandboxed_policy` of a policy file; an unreadable or non-UTF-8 file is one line."""
+    return load_sandboxed_policy(read_text(path, PolicyError, "policy file"), axis,
+                                 allow_weak_sandbox=allow_weak_sandbox)

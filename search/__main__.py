@@ -1,4 +1,4 @@
-"""`python -m search` = the search part of `evolve` (see search/cli.py)."""
+"""`python -m search` = `evolve` (search/cli.py); the search re-executes itself this way."""
 import sys
 
 from .cli import main

@@ -21,8 +21,9 @@ from rich.table import Table
 from rich.text import Text
 
 from simcore.config import ConfigError, cell_catalog, get_cell
+from simcore.display import strip_control
+from simcore.errors import UserError
 
-from .display import strip_control
 from .rundir import CandidateResult, HeldOut, HeldOutPlan, LLMPhase, RunDir, RunMeta, atomic_write_text, now_iso
 from .settings import ModelEntry, SearchSettings
 
@@ -31,7 +32,7 @@ SEED_FILES = {"retention": "retention_ttl.py", "scheduling": "scheduling_plas.py
 AXES = tuple(SEED_FILES)
 
 
-class SearchError(RuntimeError):
+class SearchError(UserError, RuntimeError):
     """A search cannot start; one line for the user."""
 
 

@@ -20,13 +20,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from simcore.errors import UserError
+
 from .offline import OfflineMutator
 from .settings import LLMSettings, ModelEntry
 
 _TRANSIENT = {408, 409, 425, 429}
 
 
-class LLMSetupError(RuntimeError):
+class LLMSetupError(UserError, RuntimeError):
     """The configured LLM cannot be used; one line for the user."""
 
 

@@ -19,7 +19,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .display import strip_control
+from simcore.display import strip_control
 
 
 class Progress:

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from evaluator.fitness import FitnessEstimate
 from evaluator.task import FailureKind
+from simcore.errors import UserError
 
 RunStatus = Literal["created", "running", "finished", "failed", "interrupted"]
 # Why an iteration produced no candidate (the LLM's answer could not become a program).
@@ -62,7 +63,7 @@ def read_json(path: Path) -> Any:
         return json.load(f)
 
 
-class RunError(ValueError):
+class RunError(UserError, ValueError):
     """A run directory is missing or malformed; one line naming the file."""
 
 

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import os
-
 import pandas as pd
 from pydantic import ValidationError
 
-from simcore.config import ConfigError
+from simcore.errors import UserError
 
 from .rundir import CandidateResult, JournalRecord, RunMeta
 
@@ -26,7 +25,7 @@ LEADER_COLUMNS = ["rank", "candidate_id", "fitness", "fitness_lo", "fitness_hi",
                   "generation", "iteration", "parent_id", "model", "status", "failure_kind", "reason", "note"]
 
 
-class RunsError(ConfigError):
+class RunsError(UserError, ValueError):
     """Unknown run or candidate, or a run/candidate that cannot be used; one line."""
 
 

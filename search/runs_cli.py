@@ -10,20 +10,22 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from typing import Any
 
-from rich.console import Console
 from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from . import runs as R
-from .display import strip_control
+from simcore.display import print_table, stdout_console, strip_control
 
-# Piped output (CI logs, `| less`) gets wide tables instead of Rich's 80-column default.
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+from . import runs as R
+
+console = stdout_console()
+
+
+def _emit(title: str, columns: list[str], rows: list[list[Any]], ids: tuple[str, ...]) -> None:
+    print_table(console, title, columns, rows, ids)
 
 
 def _missing(x: Any) -> bool:
@@ -40,35 +42,6 @@ def _s(x: Any, default: str = "-") -> str:
 
 def _ci(f: Any, lo: Any, hi: Any) -> str:
     return "-" if _missing(f) else f"{f:.4f} [{_f(lo, '{:.4f}')}, {_f(hi, '{:.4f}')}]"
-
-
-def _emit(title: str, columns: list[str], rows: list[list[Any]], ids: tuple[str, ...]) -> None:
-    """A table whose identifier columns are never cut. If they and a readable width for the
-    other columns do not fit the terminal, each row is printed as a block of `column: value`
-    lines instead (values wrap, identifiers stay whole)."""
-    widths = {c: max([len(str(r[i])) for r in rows] + [len(c)]) for i, c in enumerate(columns)}
-    need = sum(widths[c] + 3 for c in columns if c in ids) + sum(min(widths[c], 12) + 3 for c in columns
-                                                                  if c not in ids)
-    if need <= console.width:
-        t = Table(title=Text(strip_control(title)))
-        for c in columns:
-            if c in ids:
-                t.add_column(c, no_wrap=True, min_width=widths[c], overflow="fold")
-            else:
-                t.add_column(c, overflow="fold")
-        for r in rows:
-            t.add_row(*[v if isinstance(v, Text) else Text(strip_control(v)) for v in r])
-        console.print(t)
-        return
-    console.print(Text(strip_control(title), style="bold"))
-    for r in rows:
-        g = Table.grid(padding=(0, 1))
-        g.add_column(no_wrap=True, style="dim")
-        g.add_column(overflow="fold")
-        for c, v in zip(columns, r):
-            g.add_row(c, v if isinstance(v, Text) else Text(strip_control(v)))
-        console.print(g)
-        console.print()
 
 
 def _print_json(obj: Any) -> None:

@@ -9,8 +9,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from simcore.errors import UserError
 
-class SettingsError(ValueError):
+
+class SettingsError(UserError, ValueError):
     """Bad search settings; the message is one line naming the file/field."""
 
 

@@ -1,44 +1,35 @@
-"""`evolve`: the one console script.
+"""The simulator's commands: `evolve cells | policies | simulate | sweep`.
 
-    evolve --axis scheduling --cell rtx70b_swe_0.1     the search (search/)
     evolve cells | policies                             what exists
     evolve simulate --cell C [--retention P] ...        one policy combination
     evolve sweep --cell C --retention a,b --scheduling x,y   the paper's Table 1 form
-    evolve workload ... | check ... | resume ... | runs ... (registered by their packages)
+
+The console script (search/cli.py) mounts them with `register(subparsers, load_policy_file)`.
+A policy *file* given to `simulate` is candidate code: it is loaded by `load_policy_file`,
+which the console script takes from the sandbox; this layer imports nothing above it, and
+runs a file in this process only under --trusted.
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import sys
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Sequence
+from typing import Any, Callable
 
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from .config import ConfigError, cell_catalog, get_cell
+from .argtypes import positive_int
+from .config import cell_catalog, get_cell
+from .display import print_table, stdout_console
 from .policies.base import PolicyError
 from .policies.registry import AXES, policy_names
-from .sim import SimulationError, simulate
-from .workload import WorkloadError, load_programs
+from .sim import simulate
+from .workload import load_programs
 
-# Subcommands owned by other packages: name -> module exposing register(subparsers)
-# (which adds the parser and sets `func`). Missing modules are skipped, so a partial
-# install still runs the simulator.
-EXTERNAL = {
-    "workload": "simcore.workload_cli",
-    "check": "sandbox.check",
-    "resume": "search.cli",
-    "runs": "search.runs_cli",
-}
-USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, WorkloadError, PolicyError, SimulationError,
-                                                 FileNotFoundError)
+# (path, axis, allow_weak_sandbox) -> a policy object whose code runs in a sandboxed worker
+PolicyFileLoader = Callable[[str, str, bool], Any]
 
-console = Console()
-err_console = Console(stderr=True)
+console = stdout_console()
 
 
 def _cmd_cells(args: argparse.Namespace) -> int:
@@ -49,14 +40,12 @@ def _cmd_cells(args: argparse.Namespace) -> int:
                               "workload": c.workload.model_dump(exclude_none=True), "rate_jps": c.rate_jps}
                           for n, c in sorted(cells.items())}))
         return 0
-    t = Table(title="cells")
-    for col in ("cell", "hardware", "model", "TP", "inst", "KV pool (tok)", "workload", "rate (JPS)"):
-        t.add_column(col)
-    for n, c in sorted(cells.items()):
-        wl = c.workload
-        t.add_row(n, c.hardware.key, c.model.key, str(c.tp), str(c.instances), f"{c.kv_pool_tokens:,}",
-                  f"{wl.kind} x{wl.programs}" if wl.programs else f"{wl.kind}", f"{c.rate_jps:g}")
-    console.print(t)
+    rows = [[n, c.hardware.key, c.model.key, str(c.tp), str(c.instances), f"{c.kv_pool_tokens:,}",
+             f"{c.workload.kind} x{c.workload.programs}" if c.workload.programs else c.workload.kind,
+             f"{c.rate_jps:g}"] for n, c in sorted(cells.items())]
+    print_table(console, "cells", ["cell", "hardware", "model", "TP", "inst", "KV pool (tok)", "workload",
+                                   "rate (JPS)"], rows, ids=("cell",), right=("TP", "inst", "KV pool (tok)",
+                                                                              "rate (JPS)"))
     return 0
 
 
@@ -64,12 +53,8 @@ def _cmd_policies(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({axis: policy_names(axis) for axis in AXES}))
         return 0
-    t = Table(title="shipped policies")
-    t.add_column("axis")
-    t.add_column("policies")
-    for axis in AXES:
-        t.add_row(axis, ", ".join(policy_names(axis)))
-    console.print(t)
+    print_table(console, "shipped policies", ["axis", "policies"],
+                [[axis, ", ".join(policy_names(axis))] for axis in AXES], ids=("axis",))
     return 0
 
 
@@ -90,37 +75,23 @@ def _summary_table(title: str, s: dict[str, Any]) -> Table:
     return t
 
 
-def _load_policy_arg(axis: str, spec: str | None, trusted: bool, allow_weak_sandbox: bool = False) -> Any:
-    """Shipped names pass through; files go through the sandbox unless --trusted.
-
-    There is no fallback: a sandbox that cannot be imported or started is an error, never a
-    reason to run the file in this process (only --trusted does that).
-    """
+def _load_policy_arg(axis: str, spec: str | None, trusted: bool, allow_weak_sandbox: bool,
+                     load_policy_file: PolicyFileLoader) -> Any:
+    """Shipped names pass through; files go to `load_policy_file` (the sandbox) unless --trusted."""
     if spec is None or spec in policy_names(axis) or trusted:
         return spec
     from pathlib import Path
-    p = Path(spec)
-    if not p.is_file():
-        raise PolicyError(f"unknown {axis} policy '{spec}'; shipped: {', '.join(policy_names(axis))} "
+    if not Path(spec).is_file():
+        raise PolicyError(f"--{axis} {spec}: unknown {axis} policy; shipped: {', '.join(policy_names(axis))} "
                           "(or a path to a policy .py file)")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise PolicyError(f"{p}: not UTF-8 text (byte {e.start}: {e.reason})") from None
-    except OSError as e:
-        raise PolicyError(f"{p}: cannot read: {e.strerror}") from None
-    try:
-        from sandbox.client import load_sandboxed_policy
-    except ImportError as e:
-        raise PolicyError(f"{p}: the sandbox cannot be loaded ({e}); policy files run only in the sandbox, "
-                          "or in this process with --trusted") from None
-    return load_sandboxed_policy(text, axis, allow_weak_sandbox=allow_weak_sandbox)
+    return load_policy_file(spec, axis, allow_weak_sandbox)
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     cell = get_cell(args.cell)
     programs = load_programs(args.workload) if args.workload else None
-    pols = {axis: _load_policy_arg(axis, getattr(args, axis), args.trusted, args.allow_weak_sandbox) for axis in AXES}
+    pols = {axis: _load_policy_arg(axis, getattr(args, axis), args.trusted, args.allow_weak_sandbox,
+                                   args.load_policy_file) for axis in AXES}
     files = [getattr(args, a) for a in AXES if getattr(args, a) and getattr(args, a) not in policy_names(a)]
     try:
         res = simulate(cell, programs=programs, seed=args.seed, arrivals=args.arrivals, **pols)
@@ -180,14 +151,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="evolve", description="AgentServeSim: simulate agent serving policies "
-                                "and evolve better ones. Run `evolve --axis A --cell C` to search.")
-    try:  # shown in `evolve --help`; the bare form itself is parsed by search.cli.main
-        importlib.import_module("search.cli").register_main(p)
-    except ImportError:
-        pass
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+def register(sub: Any, load_policy_file: PolicyFileLoader) -> None:
+    """Add cells, policies, simulate and sweep to the console script's subparsers."""
     c = sub.add_parser("cells", help="list cells")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=_cmd_cells)
@@ -207,48 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run policy files even where a sandbox isolation layer is unavailable on this machine")
     c.add_argument("--out", metavar="DIR", help="write summary.json, programs.csv, calls.csv, kv_timeline.csv")
     c.add_argument("--json", action="store_true")
-    c.set_defaults(func=_cmd_simulate)
+    c.set_defaults(func=_cmd_simulate, load_policy_file=load_policy_file)
     c = sub.add_parser("sweep", help="sweep retention x scheduling (paper Table 1)")
     c.add_argument("--cell", required=True)
     c.add_argument("--retention", default="cache-lru,ttl,pressure-ttl")
     c.add_argument("--scheduling", default="fcfs,plas")
     c.add_argument("--seed", type=int)
     c.add_argument("--workload", metavar="FILE")
-    c.add_argument("--jobs", type=int, default=1, help="parallel simulations (processes)")
+    c.add_argument("--jobs", type=positive_int, default=1, help="parallel simulations (processes)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=_cmd_sweep)
-    for name, mod in EXTERNAL.items():
-        try:
-            importlib.import_module(mod).register(sub)
-        except ImportError:
-            continue
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
-            # The main job: `evolve --axis A --cell C ...` is the search.
-            from search import cli as search_cli
-            return int(search_cli.main(argv) or 0)
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        if not getattr(args, "func", None):
-            parser.print_help()
-            return 0
-        return int(args.func(args) or 0)
-    except USER_ERRORS as e:
-        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
-        return 2
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        return 130
-    except BrokenPipeError:  # `evolve ... --json | head`: the reader left; not an error
-        import os
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

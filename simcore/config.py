@@ -15,10 +15,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .errors import UserError
 from .textio import read_text
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """Broken or unknown configuration; the message is one line naming file/field."""
 
 

@@ -11,10 +11,12 @@ import pandas as pd
 
 from simcore.config import ModelSpec
 
+from .errors import UserError
+
 ATTN_AXES = ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode")
 
 
-class PerfTableError(ValueError):
+class PerfTableError(UserError, ValueError):
     """A profiled table that is missing or malformed; the message is one line with the path."""
 
 

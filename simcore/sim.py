@@ -12,19 +12,20 @@ import time
 from typing import Any, Sequence
 
 from .config import Cell, get_cell
+from .dispatch import DispatchPlane
+from .errors import UserError
 from .instance import Instance
 from .kv import KVManager
 from .metrics import SimResult, collect
 from .orchestrator import Orchestrator, ViewHook
-from .dispatch import DispatchPlane
-from .retention import RetentionPlane
 from .policies.registry import load_policy
+from .retention import RetentionPlane
 from .workload import Program, WorkloadError, load_programs, poisson_arrivals
 
 ARRIVAL, STEP_DONE, RELEASE = 0, 1, 2
 
 
-class SimulationError(RuntimeError):
+class SimulationError(UserError, RuntimeError):
     """The simulation cannot run (workload does not fit the cell, a policy failed)."""
 
 

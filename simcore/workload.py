@@ -20,10 +20,11 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from .errors import UserError
 from .textio import json_problem, lines, write_text_atomic
 
 
-class WorkloadError(ValueError):
+class WorkloadError(UserError, ValueError):
     """A workload file or object that cannot be simulated; the message is one line."""
 
 

@@ -8,11 +8,11 @@ import sys
 import pytest
 from pathlib import Path
 
-from simcore.cli import main
+from search.cli import main
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "simcore.cli", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "search", *args], capture_output=True, text=True, timeout=300)
 
 
 def test_simulate_prints_summary():
@@ -110,7 +110,7 @@ def test_broken_config_is_one_line_naming_file_and_field(tmp_path, cells, needle
     for f in ("hardware.yaml", "models.yaml"):
         shutil.copy(src / f, tmp_path / f)
     (tmp_path / "cells.yaml").write_text(cells)
-    p = subprocess.run([sys.executable, "-m", "simcore.cli", "cells"], capture_output=True, text=True, timeout=120,
+    p = subprocess.run([sys.executable, "-m", "search", "cells"], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "AGENTSERVESIM_CONFIGS": str(tmp_path)})
     _one_line_error(p, *needles)
 

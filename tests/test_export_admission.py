@@ -9,7 +9,7 @@ import pytest
 
 from runs_fixture import CELL, make_run
 from search.export import admission
-from simcore.cli import main
+from search.cli import main
 
 RUN = f"scheduling-{CELL}-fixture"
 CAND = "it0003-cccc"

@@ -11,7 +11,7 @@ import pytest
 
 from export_helpers import BUILDS_WHEELS, can_import, vllm_python
 from runs_fixture import CELL, make_run
-from simcore.cli import main
+from search.cli import main
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 from export_helpers import BUILDS_WHEELS, can_import, load_exported, vllm_python
 from runs_fixture import CELL, ROUTING_CELL, make_run
 from simcore import pcb as sim_pcb
-from simcore.cli import main
+from search.cli import main
 from simcore.policies import base as sim_base
 
 SCHED = f"scheduling-{CELL}-fixture"

@@ -12,7 +12,7 @@ import pytest
 
 from export_helpers import importable, readme_bash
 from runs_fixture import CELL, ROUTING_CELL, make_run
-from simcore.cli import main
+from search.cli import main
 
 RUNS = {"scheduling": f"scheduling-{CELL}-fixture", "retention": f"retention-{CELL}-fixture",
         "routing": f"routing-{ROUTING_CELL}-fixture"}

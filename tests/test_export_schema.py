@@ -11,7 +11,7 @@ from runs_fixture import CELL, make_run
 from search.export import schema
 from search.runs import RunsError
 from simcore import pcb
-from simcore.cli import main
+from search.cli import main
 
 
 @pytest.fixture(scope="module")

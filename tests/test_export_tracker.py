@@ -11,7 +11,7 @@ from export_helpers import load_exported
 from runs_fixture import CELL, make_run
 from simcore.sim import cell_programs, simulate
 from simcore.config import get_cell
-from simcore.cli import main
+from search.cli import main
 
 # Reads every field a client can measure (not the KV ones: the engine knows those).
 RICH_POLICY = '''

@@ -22,7 +22,7 @@ import pytest
 import search.export
 from export_helpers import can_import, importable, readme_python, vllm_python
 from runs_fixture import CELL, make_run
-from simcore.cli import main
+from search.cli import main
 
 PY = vllm_python()
 pytestmark = [pytest.mark.vllm,

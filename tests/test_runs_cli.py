@@ -12,7 +12,7 @@ from rich.console import Console
 from tests.runs_fixture import CELL, make_run
 from search import runs as R
 from search import runs_cli
-from simcore.cli import main
+from search.cli import main
 
 SCHED = f"scheduling-{CELL}-fixture"
 RET = f"retention-{CELL}-fixture"

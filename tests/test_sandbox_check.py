@@ -131,7 +131,7 @@ def test_bad_answers_give_one_inert_line(capsys, name: str):
 
 
 def test_simulate_gives_the_same_one_line_errors(capsys):
-    from simcore.cli import main as evolve
+    from search.cli import main as evolve
     for name in ("67_deep_engine_args", "68_ansi_in_exception"):
         rc = evolve(["simulate", "--cell", "rtx70b_swe10_0.1", "--scheduling", str(HOSTILE / f"{name}.py")])
         err = capsys.readouterr().err
@@ -139,20 +139,34 @@ def test_simulate_gives_the_same_one_line_errors(capsys):
         assert len([x for x in err.splitlines() if x.strip()]) <= 2  # one message (wrapped at most once)
 
 
-def test_simulate_never_runs_a_file_in_process_when_the_sandbox_is_missing(monkeypatch, capsys, tmp_path):
-    """The fail-open branch is gone: no sandbox, no run (only --trusted runs a file here)."""
-    import sys
-    from simcore.cli import main as evolve
-    p = seed_path(tmp_path, "scheduling_plas.py")
-    monkeypatch.setitem(sys.modules, "sandbox.client", None)  # import sandbox.client -> ImportError
-    assert evolve(["simulate", "--cell", "rtx70b_swe10_0.1", "--scheduling", str(p)]) == 2
-    assert "the sandbox cannot be loaded" in capsys.readouterr().err
-    assert evolve(["simulate", "--cell", "rtx70b_swe10_0.1", "--scheduling", str(p), "--trusted", "--json"]) == 0
+def test_simulate_never_runs_a_file_in_process_when_the_sandbox_fails(monkeypatch, capsys, tmp_path):
+    """No fail-open path: simcore's `simulate` command can load a policy file only through the
+    loader the console script hands it (the sandbox); when that fails, nothing runs here.
+    Only --trusted runs a file in this process."""
+    from search import cli
+    from simcore.policies.base import PolicyError
+    p = tmp_path / "marked.py"
+    p.write_text(seed_path(tmp_path, "scheduling_plas.py").read_text()
+                 + "\nSchedulingPolicy.loaded_in_simulator = True\n")
+
+    def broken(path, axis, allow_weak):
+        raise PolicyError("the sandbox cannot start here")
+    monkeypatch.setattr(cli, "_load_policy_file", broken)
+    from simcore.policies.base import SchedulingPolicy
+    assert cli.main(["simulate", "--cell", "rtx70b_swe10_0.1", "--scheduling", str(p)]) == 2
+    assert "the sandbox cannot start here" in capsys.readouterr().err
+    assert not hasattr(SchedulingPolicy, "loaded_in_simulator")
+    try:
+        assert cli.main(["simulate", "--cell", "rtx70b_swe10_0.1", "--scheduling", str(p), "--trusted", "--json"]) == 0
+        assert SchedulingPolicy.loaded_in_simulator is True      # positive control: --trusted is in-process
+    finally:
+        if hasattr(SchedulingPolicy, "loaded_in_simulator"):
+            del SchedulingPolicy.loaded_in_simulator
 
 
 def test_simulate_refuses_a_weak_sandbox_unless_allowed(monkeypatch, capsys, tmp_path):
     from sandbox import client
-    from simcore.cli import main as evolve
+    from search.cli import main as evolve
     real = client.load_sandboxed_policy
     monkeypatch.setattr(client, "load_sandboxed_policy",
                         lambda *a, **k: real(*a, simulate_unavailable=("pidns",), **k))

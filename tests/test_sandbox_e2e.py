@@ -31,7 +31,7 @@ from rich.console import Console
 from search.driver import create_run, execute
 from search.llm import entries_for, label_for
 from search.settings import load_settings
-from simcore.cli import main as evolve
+from search.cli import main as evolve
 from simcore.policies import base as B
 from tests.fakes import FAKESIM, ensure_ray
 from tests.test_sandbox_hostile import sysv_key_space

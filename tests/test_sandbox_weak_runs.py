@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from simcore.cli import main as evolve
+from search.cli import main as evolve
 from tests.runs_fixture import make_run
 
 
@@ -35,7 +35,7 @@ def test_runs_and_leaderboard_show_a_weak_sandbox(tmp_path, capsys):
 def test_the_search_flag_reaches_the_runs_config(tmp_path):
     import argparse
 
-    from search import cli
+    from search import run_cli as cli
     p = argparse.ArgumentParser()
     cli.register_main(p)
     args = p.parse_args(["--axis", "scheduling", "--cell", "rtx70b_swe_0.1", "--allow-weak-sandbox"])

@@ -178,7 +178,7 @@ def test_a_silent_llm_costs_one_time_budget_per_call(tmp_path, monkeypatch):
 
 
 def _cli(monkeypatch, capsys, *argv):
-    from search import cli
+    from search import run_cli as cli
     monkeypatch.setenv("AGENTSERVESIM_SEARCH_REEXEC", "0")
     p = argparse.ArgumentParser()
     cli.register_main(p)

@@ -1,5 +1,5 @@
 """`evolve workload import|generate|stats`, driven through an argparse parser built the way
-simcore/cli.py mounts the module (register(subparsers), then args.func(args))."""
+search/cli.py mounts the module (register(subparsers), then args.func(args))."""
 from __future__ import annotations
 
 import argparse

@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ..errors import UserError
 from ..pcb import InstanceView, ProgramView, Signals
 
 __all__ = ["RetentionPolicy", "SchedulingPolicy", "RoutingPolicy", "RetentionDecision",
@@ -45,7 +46,7 @@ PRIORITY_MIN = -(2**62)
 PRIORITY_MAX = 2**62
 
 
-class PolicyError(ValueError):
+class PolicyError(UserError, ValueError):
     """A policy returned something outside its schema, or raised."""
 
 
