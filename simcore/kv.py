@@ -142,6 +142,12 @@ class KVManager:
 
     def _chain(self, pid: int) -> int:
         """Length in blocks of the longest cached chain from index 0."""
+        runs = self._runs.get(pid)
+        if not runs:
+            return 0
+        if len(runs) == 1 and len(runs[0].pieces) == 1:  # the usual case: one run, one piece
+            r, p = runs[0], runs[0].pieces[0]
+            return min(p[1], p[3]) if r.state != GONE and p[0] == 0 and p[1] > 0 else 0
         spans = sorted((p[0], min(p[1], p[3])) for r in self._alive(pid) for p in r.pieces if p[0] < p[3])
         h = 0
         for lo, hi in spans:
@@ -150,8 +156,11 @@ class KVManager:
             h = max(h, hi)
         return h
 
-    def cached_blocks(self, pid: int) -> int:
-        return self._chain(pid)
+    def _copied(self, pid: int, n: int) -> bool:
+        """Another cached copy of one of `pid`'s block indices 0..n-1 is still hittable."""
+        return any(p[0] < min(p[1], p[3], n) for r in self._alive(pid) for p in r.pieces)
+
+    cached_blocks = _chain  # public name: blocks of `pid`'s prefix cached on this device
 
     def residency(self, pid: int) -> Residency:
         blocks = self._chain(pid)
@@ -259,13 +268,14 @@ class KVManager:
             return 0, 0
         bs = self.block_size
         diverge = shared_tokens // bs
-        runs = self._alive(pid)
-        for r in runs:  # blocks past the divergence hash differently from now on
-            for p in r.pieces:
-                if p[3] > diverge:
-                    p[3] = diverge
         cap = min(diverge, (num_tokens - 1) // bs)
-        dev = min(self._chain(pid), cap) if runs else 0
+        dev = 0
+        if pid in self._runs:
+            for r in self._alive(pid):  # blocks past the divergence hash differently from now on
+                for p in r.pieces:
+                    if p[3] > diverge:
+                        p[3] = diverge
+            dev = min(self._chain(pid), cap)
         host = min(self.host.get(pid, 0), cap)
         return dev, max(0, host - dev)
 
@@ -274,7 +284,25 @@ class KVManager:
         index the copy cached first leaves the queue; everything else stays in place."""
         stamp = next(self._stamp)
         table: list[list[int]] = []
-        if hit_blocks > 0:
+        runs = self._runs.get(pid) if hit_blocks > 0 else None
+        if runs and len(runs) == 1 and len(runs[0].pieces) == 1:  # the usual case: one copy
+            r, p = runs[0], runs[0].pieces[0]
+            table.append([0, hit_blocks, p[2], _NEVER])
+            if hit_blocks < p[1]:
+                p[0] = hit_blocks
+            else:
+                r.pieces = []
+            r.blocks -= hit_blocks
+            if r.state == FREE:
+                self.num_free -= hit_blocks
+            else:
+                self.num_protected -= hit_blocks
+            if r.blocks == 0:
+                r.state = GONE
+            elif r.state == PROTECTED:
+                self._detach(r)
+                self._push_free(r, now)
+        elif hit_blocks > 0:
             copies = sorted(((p[2], p[0], r, p) for r in self._alive(pid) for p in r.pieces),
                             key=lambda c: (c[0], c[1]))
             need = [(0, hit_blocks)]  # index ranges still to take, disjoint
@@ -332,6 +360,10 @@ class KVManager:
         hit = table[-1][1] if table else 0
         if full_blocks > hit:
             table.append([hit, full_blocks, stamp, _NEVER])
+        if len(table) > 1 and (pid not in self._runs or not self._copied(pid, full_blocks)):
+            # No other copy of these blocks exists, and later copies will be younger than
+            # this call: their cache order needs no finer stamps (keeps runs one piece).
+            table = [[0, full_blocks, stamp, _NEVER]]
         self.free_blank(total_blocks - full_blocks)
         r = Run(pid, table)
         if r.blocks == 0:

@@ -48,36 +48,23 @@ class RequestQueue(ABC):
     def __iter__(self) -> Iterator[Request]:
         """The waiting requests in the order they would be admitted."""
 
-    def __bool__(self) -> bool:
-        return len(self) > 0
 
+class FCFSRequestQueue(deque, RequestQueue):  # type: ignore[type-arg]
+    """Release order; preempted requests go back to the front (most recent first).
+    A deque itself, as in vLLM, so length and truth tests cost no Python call."""
 
-class FCFSRequestQueue(RequestQueue):
-    """Release order; preempted requests go back to the front (most recent first)."""
-
-    def __init__(self) -> None:
-        self._q: deque[Request] = deque()
-
-    def add_request(self, req: Request) -> None:
-        self._q.append(req)
+    add_request = deque.append
+    pop_request = deque.popleft
+    prepend_request = deque.appendleft
 
     def peek_request(self) -> Request:
-        return self._q[0]
-
-    def pop_request(self) -> Request:
-        return self._q.popleft()
-
-    def prepend_request(self, req: Request) -> None:
-        self._q.appendleft(req)
+        return self[0]
 
     def preemption_victim(self, running: Sequence[Request]) -> Request:
         return running[-1]
 
-    def __len__(self) -> int:
-        return len(self._q)
-
-    def __iter__(self) -> Iterator[Request]:
-        return iter(list(self._q))
+    __len__ = deque.__len__
+    __iter__ = deque.__iter__
 
 
 class PriorityRequestQueue(RequestQueue):

@@ -14,6 +14,9 @@ from .policies.base import RetentionDecision, parse_retention
 from .request import Request
 
 
+_KINDS = {k.value: k for k in RetentionKind}
+
+
 class RetentionPlane:
     def __init__(self, policy: Any, instances: Sequence[Instance], log: list | None) -> None:
         self.policy = policy
@@ -24,7 +27,7 @@ class RetentionPlane:
                 *args: Any) -> tuple[RetentionKind, RetentionDecision]:
         self.policy.bind(signals(instance_views(self.instances, pid), now, inst.index))
         d = parse_retention(call_policy(getattr(self.policy, hook), view, *args))
-        kind = RetentionKind(d.kind)
+        kind = _KINDS[d.kind]
         if self.log is not None:
             self.log.append(Decision(now, "retention", hook, view.program_id, view.turn_index,
                                      (kind, d.until, d.value, d.then)))

@@ -324,3 +324,30 @@ def test_multi_instance_routing_is_live():
     assert aff.summary["prefix_hit_rate"] > rr.summary["prefix_hit_rate"]
     assert aff.summary["prefill_tokens_computed"] < rr.summary["prefill_tokens_computed"]
     assert aff.summary["mean_jct_s"] < rr.summary["mean_jct_s"]
+
+
+def test_engine_knobs_are_set_per_cell_and_checked(tmp_path):
+    import shutil
+
+    from simcore.config import ConfigError, cell_catalog, _data_root
+    for f in ("hardware.yaml", "models.yaml"):
+        shutil.copy(_data_root() / f, tmp_path / f)
+    (tmp_path / "cells.yaml").write_text(
+        "defaults: {engine: {block_size: 16, max_num_seqs: 8, max_num_batched_tokens: 512}}\n"
+        "families:\n"
+        "  t:\n"
+        "    {hardware: RTXPRO6000, model: Llama-3.1-70B, tp: 2, kv_pool_tokens: 16000,\n"
+        "     workload: {kind: swe, programs: 2}, rates: [0.1, 0.2],\n"
+        "     engine: {long_prefill_token_threshold: 256},\n"
+        "     per_rate: {'0.2': {engine: {scheduler_reserve_full_isl: false, watermark: 0.05}}}}\n")
+    cells = cell_catalog(str(tmp_path))
+    a, b = cells["t_0.1"].engine, cells["t_0.2"].engine
+    assert (a.long_prefill_token_threshold, a.scheduler_reserve_full_isl, a.watermark) == (256, True, 0.0)
+    assert (b.long_prefill_token_threshold, b.scheduler_reserve_full_isl, b.watermark) == (256, False, 0.05)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for f in ("hardware.yaml", "models.yaml"):
+        shutil.copy(tmp_path / f, bad / f)
+    (bad / "cells.yaml").write_text((tmp_path / "cells.yaml").read_text().replace("watermark: 0.05", "watermark: 1.5"))
+    with pytest.raises(ConfigError, match=r"cells.yaml: families.t.engine.watermark"):
+        cell_catalog(str(bad))

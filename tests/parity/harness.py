@@ -99,7 +99,7 @@ def _programs(rng: random.Random, n: int, *, calls: tuple[int, int], first: tupl
                 if rng.random() < rebuild:
                     shared = rng.randint(0, stream)
                     prompt = shared + rng.randint(*grow)
-                elif stream >= 16 and rng.random() < recall:
+                elif recall and stream >= 16 and rng.random() < recall:
                     prompt = shared = 16 * rng.randint(1, stream // 16)
                 if cap is not None and prompt + o > cap:
                     break
@@ -132,7 +132,8 @@ def _load(name: str, seed: int, **shape: Any) -> tuple[list[Program], list[int]]
     return progs, _arrivals(rng, len(progs), spread)
 
 
-LIGHT = dict(n=6, calls=(3, 6), first=(100, 600), grow=(50, 400), out=(5, 60), gap=(0, 20), spread=30)
+# light: a KV pool that never fills; max_num_seqs 4 still makes calls queue
+LIGHT = dict(n=10, calls=(3, 8), first=(100, 600), grow=(50, 400), out=(5, 60), gap=(0, 20), spread=8)
 PRESSURE = dict(n=16, calls=(4, 10), first=(200, 1500), grow=(100, 800), out=(10, 120), gap=(0, 15),
                 spread=10, cap=10_000)
 LONG = dict(n=8, calls=(2, 5), first=(3000, 9000), grow=(200, 2000), out=(5, 80), gap=(0, 10), spread=20,
@@ -185,7 +186,7 @@ def target_cell(priorities: str, seed: int | None = None) -> Scenario:
 
 def scenarios() -> dict[str, Any]:
     """name -> a function building the scenario (the target cell takes a few seconds)."""
-    small = dict(max_num_seqs=16, max_num_batched_tokens=2048)
+    small = dict(max_num_seqs=4, max_num_batched_tokens=2048)
     tight = dict(max_num_seqs=8, max_num_batched_tokens=1024)
     out = {
         "light-fcfs": lambda: _scenario("light-fcfs", LIGHT, "none", 4096, **small),
