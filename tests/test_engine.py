@@ -1,7 +1,6 @@
 """Engine correctness: tests that fail on a wrong engine (issue 2, "Must show")."""
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pandas as pd
@@ -16,7 +15,7 @@ from simcore.request import Request
 from simcore.sim import Simulation, simulate
 from simcore.workload import Call, Program, poisson_arrivals
 
-from conftest import ConstantPerf, chain_program, chain_programs, small_cell
+from conftest import ConstantPerf, chain_programs, small_cell
 
 
 def test_release_rule_eq2_holds_for_every_call():
