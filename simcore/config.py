@@ -63,11 +63,29 @@ class ModelSpec(_Strict):
 
 
 class EngineArgs(_Strict):
-    """vLLM v1 scheduler knobs, with vLLM's names."""
+    """vLLM v1 scheduler and cache knobs, with vLLM 0.32's names and defaults
+    (vllm/config/scheduler.py, vllm/config/cache.py); the engine follows each one exactly
+    (tests/parity/ checks them against vLLM's own scheduler)."""
     block_size: int = Field(16, gt=0)
     max_num_seqs: int = Field(128, gt=0)
     max_num_batched_tokens: int = Field(16384, gt=0)
     scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    # Admit a waiting request only if its whole sequence fits, not just its first chunk.
+    scheduler_reserve_full_isl: bool = True
+    enable_prefix_caching: bool = True
+    # Cap on one request's tokens per step when more than one request is in the system (0: off).
+    long_prefill_token_threshold: int = Field(0, ge=0)
+    # ... floored at max_num_batched_tokens / (running + waiting).
+    long_prefill_token_threshold_adaptive: bool = False
+    # Share of KV blocks kept free when admitting a request while others run.
+    watermark: float = Field(0.0, ge=0.0, lt=1.0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "EngineArgs":
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
+                             f"max_num_seqs ({self.max_num_seqs}), as vLLM requires")
+        return self
 
 
 class WorkloadSpec(_Strict):

@@ -1,11 +1,20 @@
 """Instance engine: one vLLM v1 serving instance (scheduler + KV manager + step timing).
 
-Scheduler rules follow vLLM `v1/core/sched/scheduler.py` (DESIGN §2): running requests
-first, each taking min(remaining, budget left) tokens; a running request that cannot get
-blocks preempts by recompute (priority policy: the running request with the largest
-(priority, arrival); FCFS: the last one); no waiting request is admitted in a step that
-preempted; admission stops at the first allocation failure; waiting requests are ordered
-by (priority, arrival, id) under the priority policy and FIFO (preempted first) under FCFS.
+`Instance.step` makes exactly the decisions of vLLM 0.32's `Scheduler.schedule`
+(vllm/v1/core/sched/scheduler.py; proven step by step against it by tests/parity/):
+
+* Running requests first, in admission order; each takes min(remaining tokens,
+  `long_prefill_token_threshold` if set and more than one request is in the system,
+  budget left). A running request that cannot get KV blocks preempts by recompute -- the
+  victim is the waiting queue's call (`RequestQueue.preemption_victim`); its blocks go
+  back with their prefix hashes, including blocks hashed for tokens scheduled earlier in
+  this step; it returns to the waiting queue with nothing computed.
+* No waiting request is admitted in a step that preempted; admission stops at the first
+  request that does not fit, at `max_num_seqs` running, or when the budget is spent.
+* A waiting request is admitted only if its *whole* sequence fits in the free blocks
+  (`scheduler_reserve_full_isl`, KVCacheManager.allocate_slots(full_sequence_must_fit)),
+  counting its prefix-hit blocks that sit in the free queue and, when something is already
+  running, `watermark` x num_blocks blocks of headroom.
 
 Speed: cost grows with scheduling events, not decode tokens. When a step is decode-only
 and nothing can change the batch, the engine advances all the steps up to the next event
@@ -14,12 +23,12 @@ and nothing can change the batch, the engine advances all the steps up to the ne
 """
 from __future__ import annotations
 
-import heapq
-from collections import deque
 from typing import Callable, Protocol, Sequence
 
-from .kv import FREE, PROTECTED, KVManager
+from .config import EngineArgs
+from .kv import KVManager, RetentionKind
 from .request import Request
+from .request_queue import create_request_queue
 
 
 class StepTimer(Protocol):
@@ -28,187 +37,162 @@ class StepTimer(Protocol):
     def kv_transfer_time(self, tokens: int) -> float: ...
 
 
-def _no_pending() -> None:
-    raise RuntimeError("a request has no priority and no Dispatch Plane can collect it")
+class StepObserver(Protocol):
+    """Hooks an instance calls (metrics, the vLLM parity harness)."""
+
+    def on_step(self, inst: "Instance", now: float, dt: float, steps: int, scheduled: Sequence[list],
+                admitted: Sequence[Request], preempted: Sequence[Request], prefill_tokens: int) -> None:
+        """A step (or a decode window of `steps` identical steps) starting at `now` was
+        scheduled: `scheduled` lists [request, tokens] in vLLM's order."""
+
+    def on_finish(self, inst: "Instance", req: Request, now: float) -> None:
+        """`req` produced its last token at `now` and left the running set."""
 
 
 class Instance:
-    def __init__(self, index: int, kv: KVManager, perf: StepTimer, *, max_num_seqs: int,
-                 max_num_batched_tokens: int, scheduling_policy: str) -> None:
+    def __init__(self, index: int, kv: KVManager, perf: StepTimer, args: EngineArgs, *,
+                 resolve_priorities: Callable[[], None] | None = None,
+                 observers: Sequence[StepObserver] = ()) -> None:
         self.index = index
         self.kv = kv
         self.perf = perf
         self.block_size = kv.block_size
-        self.max_num_seqs = max_num_seqs
-        self.max_num_batched_tokens = max_num_batched_tokens
-        self.priority_mode = scheduling_policy == "priority"
+        self.max_num_seqs = args.max_num_seqs
+        self.max_num_batched_tokens = args.max_num_batched_tokens
+        self.long_prefill_token_threshold = args.long_prefill_token_threshold
+        self.long_prefill_adaptive = args.long_prefill_token_threshold_adaptive
+        self.reserve_full_isl = args.scheduler_reserve_full_isl
+        self.watermark_blocks = int(args.watermark * kv.num_blocks)
+        self.waiting = create_request_queue(args.scheduling_policy, resolve_priorities)
         self.running: list[Request] = []
-        self._heap: list[tuple[int, float, int, Request]] = []  # priority mode
-        self._fifo: deque[Request] = deque()                      # fcfs mode
-        self._unranked: list[Request] = []                        # priority mode, priority pending
-        self.resolve_priorities: Callable[[], None] = _no_pending  # set by the Dispatch Plane
+        self.observers = tuple(observers)
         self.stepping = False
-        self.busy_s = 0.0
-        self.steps = 0
-        self.preemptions = 0
-        self.prefill_tokens = 0
-        self.hit_tokens = 0
-        self.usage_t: list[float] = []
-        self.usage_u: list[float] = []
-        self.inflight_n: list[int] = []   # running + waiting at each step start
+        self._finishing: list[Request] = []
 
-    # ------------------------------------------------------------------ queue
-    # Under the priority policy a request may be queued before its priority is known (a
-    # policy that answers priorities in batches, see policies/base.py): it waits unranked
-    # until an order is needed -- two or more waiting, or a preemption victim to choose --
-    # and then every pending priority is collected at once (resolve_priorities). Ranking
-    # only when an order is needed gives exactly the eager order.
     @property
     def num_waiting(self) -> int:
-        return len(self._heap) + len(self._unranked) if self.priority_mode else len(self._fifo)
+        return len(self.waiting)
+
+    @property
+    def finishing(self) -> bool:
+        """Some request produces its last token in the step under way."""
+        return bool(self._finishing)
 
     def busy(self) -> bool:
-        return bool(self.running) or self.num_waiting > 0
+        return bool(self.running) or bool(self.waiting)
 
     def add(self, req: Request) -> None:
-        if not self.priority_mode:
-            self._fifo.append(req)
-        elif req.priority is None:
-            self._unranked.append(req)
-        else:
-            heapq.heappush(self._heap, (req.priority, req.arrival, req.seq, req))
-
-    def rank_pending(self) -> None:
-        """Move the waiting requests whose priority has just been collected into the queue."""
-        for req in self._unranked:
-            heapq.heappush(self._heap, (req.priority, req.arrival, req.seq, req))
-        self._unranked.clear()
-
-    def _peek(self) -> Request:
-        if not self.priority_mode:
-            return self._fifo[0]
-        if self._unranked:
-            if not self._heap and len(self._unranked) == 1:
-                return self._unranked[0]  # alone in the queue: first whatever its priority
-            self.resolve_priorities()
-        return self._heap[0][3]
-
-    def _pop(self) -> None:
-        if not self.priority_mode:
-            self._fifo.popleft()
-        elif self._unranked:  # only ever the lone unranked request _peek returned
-            self._unranked.pop()
-        else:
-            heapq.heappop(self._heap)
-
-    def _requeue(self, req: Request) -> None:
-        if self.priority_mode:
-            heapq.heappush(self._heap, (req.priority, req.arrival, req.seq, req))
-        else:
-            self._fifo.appendleft(req)  # vLLM prepends preempted requests under FCFS
+        self.waiting.add_request(req)
 
     # ------------------------------------------------------------------ scheduling
-    def _blocks_for(self, tokens: int) -> int:
-        return -(-tokens // self.block_size)
-
-    def _preempt(self, victim: Request, now: float) -> None:
-        self.running.remove(victim)
-        full = victim.num_computed // self.block_size
-        # vLLM frees a preempted request's blocks with their hashes: its prefix stays hittable.
-        self.kv.store(victim.pid, full, victim.held, now, "release")
+    def _preempt(self, victim: Request, scheduled: int, now: float) -> None:
+        """Recompute preemption. vLLM hashed the victim's blocks when it scheduled them, so
+        tokens scheduled for it earlier in this step count as cached (and are lost)."""
+        full = min(victim.num_computed + scheduled, victim.num_tokens) // self.block_size
+        self.kv.release(victim.pid, full, victim.held, now, RetentionKind.RELEASE)
         victim.held = 0
         victim.num_computed = 0
         victim.shared = victim.num_tokens
         victim.preemptions += 1
-        self.preemptions += 1
-        self._requeue(victim)
+        self.waiting.prepend_request(victim)
 
-    def _victim(self) -> Request:
-        if self.priority_mode:
-            if any(r.priority is None for r in self.running):
-                self.resolve_priorities()
-            return max(self.running, key=lambda r: (r.priority, r.arrival))
-        return self.running[-1]
-
-    def step(self, now: float, horizon: float) -> tuple[float, list[Request]]:
+    def step(self, now: float, horizon: float) -> float:
         """Schedule and execute one step (or a stable decode window) starting at `now`.
 
-        Returns the end time and the requests that finish then. Token state is applied
-        at once; completions are handed to the caller to process at the end time.
+        Returns the end time. Token state is applied at once; the requests that finish are
+        retired by `finish_step` at the end time.
         """
         kv, bs = self.kv, self.block_size
         kv.expire(now)
         budget = self.max_num_batched_tokens
-        sched: list[list] = []          # [req, new_tokens]
-        preempted = False
-        running = self.running
+        running, waiting = self.running, self.waiting
+        sched: list[list] = []          # [req, new_tokens], vLLM's num_scheduled_tokens order
+        preempted: list[Request] = []
+        threshold = self.long_prefill_token_threshold
+        if threshold:
+            eligible = len(running) + len(waiting)
+            if eligible <= 1:
+                threshold = 0  # nobody to starve
+            elif self.long_prefill_adaptive:
+                threshold = max(threshold, self.max_num_batched_tokens // eligible)
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            new = min(req.num_tokens - req.num_computed, budget)
-            need = self._blocks_for(req.num_computed + new) - req.held
-            ok = True
+            new = req.num_tokens - req.num_computed
+            if 0 < threshold < new:
+                new = threshold
+            if new > budget:
+                new = budget
+            need = -(-(req.num_computed + new) // bs) - req.held
             while need > 0 and not kv.can_allocate(need):
-                victim = self._victim()
+                victim = waiting.preemption_victim(running)
                 vi = running.index(victim)
-                self._preempt(victim, now)
-                preempted = True
-                if victim is req:
-                    ok = False
-                    break
-                for j, s in enumerate(sched):
-                    if s[0] is victim:
-                        budget += s[1]
-                        del sched[j]
-                        break
+                del running[vi]
                 if vi < i:
                     i -= 1
-            if not ok:
-                break
-            if need > 0:
-                kv.allocate(need)
-                req.held += need
-            sched.append([req, new])
-            budget -= new
-            i += 1
+                done = 0
+                for j, s in enumerate(sched):
+                    if s[0] is victim:
+                        done = s[1]
+                        budget += done
+                        del sched[j]
+                        break
+                self._preempt(victim, done, now)
+                preempted.append(victim)
+                if victim is req:
+                    break
+            else:
+                if need > 0:
+                    kv.allocate(need)
+                    req.held += need
+                sched.append([req, new])
+                budget -= new
+                i += 1
+                continue
+            break  # the request preempted itself: nothing more runs this step
 
         transfer = 0
+        admitted: list[Request] = []
         if not preempted:
-            while self.num_waiting and budget > 0 and len(running) < self.max_num_seqs:
-                req = self._peek()
-                dev, host = kv.hittable(req.pid, req.shared, req.num_tokens)
+            while budget > 0 and waiting and len(running) < self.max_num_seqs:
+                req = waiting.peek_request()
+                dev, host = kv.lookup(req.pid, req.shared, req.num_tokens)
                 hit_tok = (dev + host) * bs
-                new = min(req.num_tokens - hit_tok, budget)
-                need = self._blocks_for(hit_tok + new) - dev
-                e = kv.entries.get(req.pid)
-                reserved = dev if e is not None and e.state in (FREE, PROTECTED) else 0
-                if not kv.can_allocate(need, reserved):
+                new = req.num_tokens - hit_tok
+                if 0 < threshold < new:
+                    new = threshold
+                if new > budget:
+                    new = budget
+                # Hit blocks in the free queue count against the free blocks (they leave it).
+                need = -(-(req.num_tokens if self.reserve_full_isl else hit_tok + new) // bs)
+                if need + (self.watermark_blocks if running else 0) > kv.available():
                     break
-                self._pop()
-                kv.touch(req.pid, dev, now)
-                kv.allocate(need)
-                req.held = dev + need
+                waiting.pop_request()
+                kv.admit(req.pid, dev, now)
+                new_blocks = -(-(hit_tok + new) // bs) - dev
+                kv.allocate(new_blocks)
+                req.held = dev + new_blocks
                 req.num_computed = hit_tok
                 req.hit_tokens += dev * bs
                 req.host_hit_tokens += host * bs
-                self.hit_tokens += hit_tok
                 transfer += host * bs
                 if req.first_sched is None:
                     req.first_sched = now
                 running.append(req)
+                admitted.append(req)
                 sched.append([req, new])
                 budget -= new
 
         # ---- timing
         prefills = []
-        n_dec = kv_dec = 0
+        n_dec = kv_dec = prefill_tokens = 0
         for req, new in sched:
             if new == 1 and req.generated > 0 and req.num_computed == req.num_tokens - 1:
                 n_dec += 1
                 kv_dec += req.num_computed + 1
             else:
                 prefills.append((new, req.num_computed))
-                self.prefill_tokens += new
+                prefill_tokens += new
         window = 1
         if not prefills and not preempted and n_dec == len(running) and n_dec > 0:
             window = self._decode_window(now, horizon, kv_dec)
@@ -219,40 +203,51 @@ class Instance:
         if transfer:
             dt += self.perf.kv_transfer_time(transfer)
         end = now + dt
-        self.busy_s += dt
-        self.steps += window
-        self.usage_t.append(now)
-        self.usage_u.append(kv.usage())
-        self.inflight_n.append(len(running) + self.num_waiting)
+        for obs in self.observers:
+            obs.on_step(self, now, dt, window, sched, admitted, preempted, prefill_tokens)
 
-        # ---- apply tokens
-        finished = []
+        # ---- apply tokens (vLLM advances num_computed_tokens when it schedules)
+        finished = self._finishing
         if window > 1:
             extra = 0
             for req in running:
-                extra += self._blocks_for(req.num_computed + window) - req.held
+                extra += -(-(req.num_computed + window) // bs) - req.held
             if extra > 0:
                 kv.allocate(extra)
             for req in running:
-                req.held = self._blocks_for(req.num_computed + window)
+                req.held = -(-(req.num_computed + window) // bs)
                 req.num_computed += window
                 req.num_tokens += window
                 req.generated += window
                 if req.generated >= req.output:
-                    req.finished = end
                     finished.append(req)
         else:
             for req, new in sched:
                 req.num_computed += new
-                if req.num_computed == req.num_tokens:
+                if req.num_computed == req.num_tokens:  # prefill complete: the step samples a token
                     req.generated += 1
                     req.num_tokens += 1
                     if req.generated == 1:
                         req.first_token = end
                     if req.generated >= req.output:
-                        req.finished = end
                         finished.append(req)
-        return end, finished
+        self.stepping = True
+        return end
+
+    def finish_step(self, now: float) -> list[Request]:
+        """The step ended at `now`: retire the requests that produced their last token."""
+        self.stepping = False
+        finished = self._finishing
+        if not finished:
+            return finished
+        self._finishing = []
+        gone = set(map(id, finished))
+        self.running = [r for r in self.running if id(r) not in gone]
+        for req in finished:
+            req.finished = now
+            for obs in self.observers:
+                obs.on_finish(self, req, now)
+        return finished
 
     def _decode_window(self, now: float, horizon: float, kv_dec: int) -> int:
         """Largest number of decode-only steps that no event can interrupt."""
@@ -261,8 +256,9 @@ class Instance:
         k = min(r.output - r.generated for r in running)
         if k <= 1:
             return 1
-        # Blocks: steps 2..k must allocate without preemption.
-        avail = self.kv.num_free + self.kv.num_protected
+        # Blocks: steps 2..k must allocate without preemption. Nothing frees blocks in the
+        # window, so a waiting request that did not fit now does not fit later either.
+        avail = self.kv.available()
         bs = self.block_size
 
         def extra_blocks(steps: int) -> int:

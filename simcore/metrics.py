@@ -1,20 +1,25 @@
 """Metrics: per program (JCT, preemptions), per call (TTFT, TPOT, queueing, e2e), system
-(KV utilisation over time, generated-token throughput, energy)."""
+(KV utilisation over time, generated-token throughput, energy).
+
+`MetricsRecorder` is an instance observer (instance.StepObserver): it records each step and
+each finished call as they happen; `collect` turns the records into a `SimResult`."""
 from __future__ import annotations
 
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
 
 from .config import Cell
-from .instance import Instance
 from .pcb import PCB
 from .request import Request
+
+if TYPE_CHECKING:
+    from .instance import Instance
 
 
 @dataclass
@@ -26,7 +31,6 @@ class SimResult:
     calls: pd.DataFrame             # one row per call
     kv_timeline: list[pd.DataFrame]  # per instance: t, kv_utilization
     summary: dict[str, Any] = field(default_factory=dict)
-    release_times: list[tuple[int, int, float]] = field(default_factory=list)
 
     @property
     def jct_s(self) -> list[float]:
@@ -57,8 +61,42 @@ def _pct(a: np.ndarray, q: float) -> float:
     return float(np.percentile(a, q)) if len(a) else float("nan")
 
 
-def collect(cell: Cell, pcbs: Sequence[PCB], requests: Sequence[Request], instances: Sequence[Instance],
-            policies: dict[str, str], seed: int, wall_s: float, events: int) -> SimResult:
+@dataclass
+class InstanceRecord:
+    """What one instance did, step by step."""
+    t: list[float] = field(default_factory=list)            # step start times
+    kv_utilization: list[float] = field(default_factory=list)
+    inflight: list[int] = field(default_factory=list)        # running + waiting after scheduling
+    busy_s: float = 0.0
+    steps: int = 0
+    preemptions: int = 0
+    prefill_tokens: int = 0
+
+
+class MetricsRecorder:
+    """Records steps and finished calls through the instance hooks."""
+
+    def __init__(self, n_instances: int) -> None:
+        self.instances = [InstanceRecord() for _ in range(n_instances)]
+        self.finished: list[Request] = []
+
+    def on_step(self, inst: "Instance", now: float, dt: float, steps: int, scheduled: Sequence[list],
+                admitted: Sequence[Request], preempted: Sequence[Request], prefill_tokens: int) -> None:
+        rec = self.instances[inst.index]
+        rec.t.append(now)
+        rec.kv_utilization.append(inst.kv.usage())
+        rec.inflight.append(len(inst.running) + len(inst.waiting))
+        rec.busy_s += dt
+        rec.steps += steps
+        rec.preemptions += len(preempted)
+        rec.prefill_tokens += prefill_tokens
+
+    def on_finish(self, inst: "Instance", req: Request, now: float) -> None:
+        self.finished.append(req)
+
+
+def collect(cell: Cell, pcbs: Sequence[PCB], recorder: MetricsRecorder, policies: dict[str, str], seed: int,
+            wall_s: float, events: int) -> SimResult:
     programs = pd.DataFrame({
         "program_id": [p.program_id for p in pcbs],
         "arrival_s": [p.arrival_s for p in pcbs],
@@ -68,7 +106,7 @@ def collect(cell: Cell, pcbs: Sequence[PCB], requests: Sequence[Request], instan
         "preemptions": [p.preemptions for p in pcbs],
         "attained_service_s": [p.attained_service_s for p in pcbs],
     })
-    r = requests
+    r = sorted(recorder.finished, key=lambda q: q.rid)  # release order
     calls = pd.DataFrame({
         "program_id": [pcbs[q.pid].program_id for q in r],
         "turn": [q.turn for q in r],
@@ -89,7 +127,8 @@ def collect(cell: Cell, pcbs: Sequence[PCB], requests: Sequence[Request], instan
     denom = (calls["output_tokens"] - 1).where(calls["output_tokens"] > 1)
     calls["tpot_s"] = (calls["finish_s"] - calls["first_token_s"]) / denom
 
-    timelines = [pd.DataFrame({"t_s": i.usage_t, "kv_utilization": i.usage_u}) for i in instances]
+    instances = recorder.instances
+    timelines = [pd.DataFrame({"t_s": i.t, "kv_utilization": i.kv_utilization}) for i in instances]
     start = float(programs["arrival_s"].min())
     end = float(programs["finish_s"].max())
     makespan = end - start
@@ -120,7 +159,8 @@ def collect(cell: Cell, pcbs: Sequence[PCB], requests: Sequence[Request], instan
         "output_tokens": out_tok,
         "prefill_tokens_computed": int(sum(i.prefill_tokens for i in instances)),
         "throughput_tok_s": out_tok / makespan if makespan > 0 else float("nan"),
-        "mean_kv_utilization": float(np.mean([np.mean(i.usage_u) for i in instances if i.usage_u] or [0.0])),
+        "mean_kv_utilization": float(np.mean([np.mean(i.kv_utilization) for i in instances if i.kv_utilization]
+                                              or [0.0])),
         "busy_s": busy,
         "energy_kj": energy_j / 1000.0,
         "engine_steps": int(sum(i.steps for i in instances)),

@@ -5,6 +5,7 @@ when its predecessor has completed in simulation and its tool has returned.
 """
 from __future__ import annotations
 
+import itertools
 from typing import Callable, Sequence
 
 from .dispatch import DispatchPlane
@@ -25,8 +26,7 @@ class Orchestrator:
         self.dispatch = dispatch
         self.retention = retention
         self.view_hook = view_hook   # tests only: lets a positive control see hidden data
-        self.requests: list[Request] = []
-        self.release_times: list[tuple[int, int, float]] = []  # (pid, turn, r_{p,k})
+        self._rid = itertools.count()
 
     def view(self, pcb: PCB, now: float, in_use_tokens: int | None = None) -> ProgramView:
         """The causal view; `in_use_tokens` marks KV still held by a just-finished call."""
@@ -36,9 +36,7 @@ class Orchestrator:
         elif home is None:
             resident, until, tier = 0, None, None
         else:
-            kv = self.instances[home].kv
-            resident = kv.cached_blocks(pcb.pid) * kv.block_size
-            until, tier = kv.protect_until(pcb.pid), kv.tier(pcb.pid)
+            resident, until, tier = self.instances[home].kv.residency(pcb.pid)
         v = pcb.view(resident, until, tier, now)
         return self.view_hook(pcb, v) if self.view_hook is not None else v  # type: ignore[return-value]
 
@@ -57,13 +55,11 @@ class Orchestrator:
         if k > 0:
             self.retention.on_arrival(view, pcb.pid, now)
         inst = self.instances[idx]
-        req = Request(rid=len(self.requests), pid=pcb.pid, turn=k, prompt=call.prompt_tokens,
+        req = Request(rid=next(self._rid), pid=pcb.pid, turn=k, prompt=call.prompt_tokens,
                       output=call.output_tokens, shared=pcb.program.shared_prefix(k) if k > 0 else 0,
                       priority=prio, arrival=now, instance=idx)
         if prio is None:
             self.dispatch.defer(req)
-        self.requests.append(req)
-        self.release_times.append((pcb.pid, k, now))
         pcb.last_instance = idx
         inst.add(req)
         return inst

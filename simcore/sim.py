@@ -12,11 +12,11 @@ import time
 from typing import Any, Sequence
 
 from .config import Cell, get_cell
-from .dispatch import DispatchPlane
+from .dispatch import DeferredPriorities, DispatchPlane
 from .errors import UserError
-from .instance import Instance
+from .instance import Instance, StepObserver, StepTimer
 from .kv import KVManager
-from .metrics import SimResult, collect
+from .metrics import MetricsRecorder, SimResult, collect
 from .orchestrator import Orchestrator, ViewHook
 from .policies.registry import load_policy
 from .retention import RetentionPlane
@@ -40,14 +40,15 @@ def cell_programs(cell: Cell, seed: int) -> list[Program]:
 
 
 def _check_fits(programs: Sequence[Program], cell: Cell) -> None:
-    pool = cell.kv_pool_tokens
+    bs = cell.engine.block_size
+    usable = (cell.kv_pool_tokens // bs - 1) * bs  # one block is vLLM's null block
     for p in programs:
         for k, c in enumerate(p.calls):
             need = c.prompt_tokens + c.output_tokens
-            if need > pool:
+            if need - 1 > usable:  # the last output token is never computed
                 raise SimulationError(
                     f"program '{p.program_id}' call {k}: context of {need} tokens can never fit the "
-                    f"KV pool of cell '{cell.name}' ({pool} tokens)")
+                    f"KV pool of cell '{cell.name}' ({usable} usable tokens)")
 
 
 def recorded_arrivals(programs: Sequence[Program]) -> list[float]:
@@ -70,23 +71,30 @@ def _policy_label(spec: Any, obj: Any) -> str:
 class Simulation:
     def __init__(self, cell: Cell, programs: Sequence[Program], arrivals: Sequence[float],
                  retention: Any, scheduling: Any, routing: Any,
-                 decision_log: list | None = None, view_hook: ViewHook | None = None) -> None:
+                 decision_log: list | None = None, view_hook: ViewHook | None = None,
+                 perf: StepTimer | None = None, observers: Sequence[StepObserver] = ()) -> None:
+        """`perf` replaces the cell's performance model and `observers` watch every instance
+        (the vLLM parity harness uses both: constant steps, a step log)."""
         from .perf import build_perf_model
         self.cell = cell
         eng = cell.engine
         mode = dict(getattr(scheduling, "engine_args", {}) or {}).get("scheduling_policy", eng.scheduling_policy)
         if mode not in ("fcfs", "priority"):
             raise SimulationError(f"scheduling policy asks for unknown engine scheduling_policy '{mode}'")
-        perf = build_perf_model(cell)
+        perf = perf if perf is not None else build_perf_model(cell)
+        args = eng.model_copy(update={"scheduling_policy": mode})
         blocks = cell.kv_pool_tokens // eng.block_size
         host_tokens = int(cell.hardware.host_kv_gib * 2**30 // cell.model.kv_bytes_per_token)
+        self.metrics = MetricsRecorder(cell.instances)
+        deferred = (DeferredPriorities(scheduling, decision_log)
+                    if getattr(scheduling, "defers_priority", False) else None)
         self.instances = [
-            Instance(i, KVManager(blocks, eng.block_size, host_tokens // eng.block_size), perf,
-                     max_num_seqs=eng.max_num_seqs, max_num_batched_tokens=eng.max_num_batched_tokens,
-                     scheduling_policy=mode)
+            Instance(i, KVManager(blocks, eng.block_size, host_tokens // eng.block_size, eng.enable_prefix_caching),
+                     perf, args, resolve_priorities=deferred.resolve if deferred else None,
+                     observers=(self.metrics, *observers))
             for i in range(cell.instances)]
         self.orch = Orchestrator(programs, arrivals, self.instances,
-                                 DispatchPlane(routing, scheduling, self.instances, decision_log),
+                                 DispatchPlane(routing, scheduling, self.instances, decision_log, deferred),
                                  RetentionPlane(retention, self.instances, decision_log), view_hook)
         self._events: list[tuple[float, int, int, Any]] = []
         self._seq = itertools.count()
@@ -105,9 +113,9 @@ class Simulation:
         return rel[0] if rel else math.inf
 
     def _kick(self, inst: Instance, now: float) -> None:
-        end, finished = inst.step(now, self._horizon(now))
-        inst.stepping = True
-        self._push(end, STEP_DONE, (inst, finished), relevant=bool(finished))
+        end = inst.step(now, self._horizon(now))
+        # Only a step that finishes a call can change another instance's batch.
+        self._push(end, STEP_DONE, inst, relevant=inst.finishing)
 
     def run(self) -> None:
         orch = self.orch
@@ -119,10 +127,8 @@ class Simulation:
             now, _, kind, payload = heapq.heappop(ev)
             self.events += 1
             if kind == STEP_DONE:
-                inst, finished = payload
-                inst.stepping = False
-                for req in finished:
-                    inst.running.remove(req)
+                inst = payload
+                for req in inst.finish_step(now):
                     nxt = orch.complete(req, now)
                     if nxt is not None:
                         self._push(nxt, RELEASE, orch.pcbs[req.pid])
@@ -187,7 +193,4 @@ def simulate(cell: Cell | str, programs: Sequence[Program] | None = None, retent
     if unfinished:
         raise SimulationError(f"{len(unfinished)} programs never finished (first: {unfinished[0]}): engine stalled")
     labels = {axis: _policy_label(specs[axis], pol[axis]) for axis in pol}
-    res = collect(cell, sim.orch.pcbs, sim.orch.requests, sim.instances, labels, seed,
-                  time.perf_counter() - t0, sim.events)
-    res.release_times = sim.orch.release_times
-    return res
+    return collect(cell, sim.orch.pcbs, sim.metrics, labels, seed, time.perf_counter() - t0, sim.events)

@@ -8,22 +8,22 @@ from conftest import small_cell
 
 
 def test_offload_moves_run_to_host_and_it_is_hittable_there():
-    kv = KVManager(num_blocks=8, block_size=16, host_blocks=16)
+    kv = KVManager(num_blocks=9, block_size=16, host_blocks=16)   # 8 usable: one is the null block
     kv.allocate(4)
-    kv.store(pid=7, full_blocks=4, total_blocks=4, now=0.0, kind="protect", until=1.0, then="offload")
-    assert kv.tier(7) == "device" and kv.num_protected == 4
+    kv.release(pid=7, full_blocks=4, total_blocks=4, now=0.0, kind="protect", until=1.0, then="offload")
+    assert kv.residency(7).tier == "device" and kv.num_protected == 4
     kv.expire(2.0)
-    assert kv.tier(7) == "host" and kv.cached_blocks(7) == 0 and kv.num_free == 8
-    dev, host = kv.hittable(7, shared_tokens=10_000, num_tokens=100)
+    assert kv.residency(7) == (0, None, "host") and kv.cached_blocks(7) == 0 and kv.num_free == 8
+    dev, host = kv.lookup(7, shared_tokens=10_000, num_tokens=100)
     assert (dev, host) == (0, 4)          # all 4 offloaded blocks; the cap (99 // 16 = 6) is not binding
     kv.audit(held_by_requests=0)
 
 
 def test_host_lru_evicts_oldest_run_when_full():
-    kv = KVManager(num_blocks=8, block_size=16, host_blocks=5)
+    kv = KVManager(num_blocks=9, block_size=16, host_blocks=5)
     for pid in (1, 2):
         kv.allocate(3)
-        kv.store(pid=pid, full_blocks=3, total_blocks=3, now=float(pid), kind="offload")
+        kv.release(pid=pid, full_blocks=3, total_blocks=3, now=float(pid), kind="offload")
     assert 1 not in kv.host and kv.host[2] == 3
     kv.audit(held_by_requests=0)
 
