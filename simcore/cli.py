@@ -32,6 +32,7 @@ EXTERNAL = {
     "check": "sandbox.check",
     "resume": "search.cli",
     "runs": "search.runs_cli",
+    "replay": "search.live.cli",   # replay, profile, validate
 }
 USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, WorkloadError, PolicyError, SimulationError,
                                                  FileNotFoundError)
