@@ -31,7 +31,7 @@ from simcore.workload import Program, WorkloadError, load_programs, poisson_arri
 
 from .client import LiveError, ServerClient
 from .exported import ExportedPolicy
-from .profile import Grid, Profiler, _parse_list, default_grid, idle_check, write_profile
+from .profile import PREFILL_PER_REPEAT, Grid, Profiler, _parse_list, default_grid, idle_check, write_profile
 from .replay import ReplayOutcome, replay
 from .validate import compare, markdown, plots, write_report
 
@@ -258,7 +258,8 @@ async def _profile(args: argparse.Namespace) -> int:
                             "--prefill-tokens/--contexts/--decode-contexts")
         console.print(f"profiling {info.model} at {info.url}: prefill N={grid.prefill_tokens} x C={grid.contexts}, "
                       f"decode B={grid.batch_sizes} x L={grid.decode_contexts}, {grid.repeats} repeats", highlight=False)
-        n_points = len(grid.prefill_tokens) * len(grid.contexts) + len(grid.batch_sizes) * len(grid.decode_contexts)
+        n_points = grid.repeats * (PREFILL_PER_REPEAT * len(grid.prefill_tokens) * len(grid.contexts)
+                                   + len(grid.batch_sizes) * len(grid.decode_contexts))
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as bar:
             task = bar.add_task("profile", total=n_points)

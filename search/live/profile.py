@@ -3,7 +3,7 @@
 Controlled request shapes on an otherwise idle server, each measured `repeats` times
 (the median is kept, min and max are written beside it):
 
-  prefill (N new tokens over C cached)  the prefix of C tokens is sent first (max_tokens 1)
+  prefill (N new tokens over C cached)  (3 x repeats samples) the prefix of C tokens is sent first (max_tokens 1)
       so it is cached, then prefix + N fresh ids; the time to first token of that lone
       request is the prefill (the server's reported cached tokens give the true C).
   decode (B sequences of context L)     B streams with distinct L-token prompts start
@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import statistics
 import zlib
 from dataclasses import asdict, dataclass
@@ -32,6 +33,12 @@ import pandas as pd
 from simcore.perf_measured import PROFILE_FORMAT, fit, point_errors
 
 from .client import LiveError, ServerClient, ServerInfo, metric_value
+
+
+# A lone request's time to first token crosses the HTTP server and the engine, so on a busy
+# host it scatters far more than a decode sample (itself a median over many token gaps):
+# prefill points get this many samples per repeat.
+PREFILL_PER_REPEAT = 3
 
 
 @dataclass
@@ -74,80 +81,88 @@ class Profiler:
                  on_point: Callable[[str], None] | None = None) -> None:
         self.client, self.grid, self.token_range, self.on_point = client, grid, token_range, on_point
         self._n = 0
+        self._salt = secrets.randbits(31)   # no prompt of an earlier profile may still be cached
 
     def _ids(self, n: int, *key: int) -> list[int]:
         self._n += 1
-        rng = np.random.default_rng([zlib.crc32(b"profile"), self._n, *key])
+        rng = np.random.default_rng([zlib.crc32(b"profile"), self._salt, self._n, *key])
         return rng.integers(*self.token_range, size=n).tolist()
 
-    async def prefill_point(self, n: int, c: int) -> list[tuple[float, int]]:
-        """(time to first token s, context actually cached) per repeat."""
-        out = []
-        for r in range(self.grid.repeats):
-            ids = self._ids(c + n, n, c, r)
-            if c:
-                await self.client.stream_completion(ids[:c], 1)
-            res = await self.client.stream_completion(ids, 1)
-            cached = res.cached_tokens if res.cached_tokens is not None else c
-            out.append((res.first_token_s - res.sent_s, int(cached)))
-        return out
+    async def prefill_sample(self, n: int, c: int, r: int) -> tuple[float, int]:
+        """(time to first token s, context actually cached) of one lone request."""
+        ids = self._ids(c + n, n, c, r)
+        if c:
+            await self.client.stream_completion(ids[:c], 1)
+        res = await self.client.stream_completion(ids, 1)
+        cached = res.cached_tokens if res.cached_tokens is not None else c
+        return res.first_token_s - res.sent_s, int(cached)
 
-    async def decode_point(self, b: int, ctx: int) -> list[tuple[float, float]]:
-        """(median steady-state inter-token gap s, mean context of the gaps) per repeat."""
-        t = self.grid.decode_tokens
-        out = []
-        for r in range(self.grid.repeats):
-            prompts = [self._ids(ctx, b, ctx, r, j) for j in range(b)]
-            results = await asyncio.gather(*(self.client.stream_completion(p, t) for p in prompts))
-            start = max(x.first_token_s for x in results)
-            end = min(x.last_token_s for x in results)
-            gaps, contexts = [], []
-            for x in results:
-                pos = 0
-                for j in range(1, len(x.chunk_times)):
-                    pos += x.chunk_tokens[j - 1]
-                    if x.chunk_times[j - 1] >= start and x.chunk_times[j] <= end:
-                        k = x.chunk_tokens[j]
-                        gaps.append((x.chunk_times[j] - x.chunk_times[j - 1]) / k)
-                        contexts.append(ctx + pos + (k - 1) / 2.0)
-            if len(gaps) >= 3:
-                out.append((statistics.median(gaps), float(np.mean(contexts))))
-        return out
+    async def decode_sample(self, b: int, ctx: int, r: int) -> tuple[float, float] | None:
+        """(median steady-state inter-token gap s, mean context of the gaps used), or None."""
+        prompts = [self._ids(ctx, b, ctx, r, j) for j in range(b)]
+        results = await asyncio.gather(*(self.client.stream_completion(p, self.grid.decode_tokens) for p in prompts))
+        start = max(x.first_token_s for x in results)
+        end = min(x.last_token_s for x in results)
+        gaps, contexts = [], []
+        for x in results:
+            pos = 0
+            for j in range(1, len(x.chunk_times)):
+                pos += x.chunk_tokens[j - 1]
+                if x.chunk_times[j - 1] >= start and x.chunk_times[j] <= end:
+                    k = x.chunk_tokens[j]
+                    gaps.append((x.chunk_times[j] - x.chunk_times[j - 1]) / k)
+                    contexts.append(ctx + pos + (k - 1) / 2.0)
+        if len(gaps) < 3:
+            return None
+        return statistics.median(gaps), float(np.mean(contexts))
 
     async def run(self) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+        """Every point once per round, `repeats` rounds: a burst of load on a shared machine then
+        spoils one sample of several points (which the median drops), not every sample of one."""
         g, skipped = self.grid, []
-        prefill_rows = []
-        for n in g.prefill_tokens:
-            for c in g.contexts:
-                rep = await self.prefill_point(n, c)
-                ts = [x[0] for x in rep]
-                cached = int(statistics.median([x[1] for x in rep]))
-                prefill_rows.append({"new_tokens": n + c - cached, "context_tokens": cached,
-                                     "time_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts),
-                                     "samples": len(ts)})
-                if self.on_point:
-                    self.on_point(f"prefill N={n} C={c}")
-        decode_rows = []
+        info = self.client.info
+        pool = info.kv_pool_tokens if info and info.kv_pool_tokens else None
+        bs = info.block_size if info and info.block_size else 16
+        decode_points = []
         for b in g.batch_sizes:
             for ctx in g.decode_contexts:
-                info = self.client.info
-                pool = info.kv_pool_tokens if info and info.kv_pool_tokens else None
-                bs = info.block_size if info and info.block_size else 16
                 if pool is not None and b * (-(-(ctx + g.decode_tokens) // bs) * bs) > pool:
                     skipped.append(f"decode B={b} L={ctx}: {b} x {ctx + g.decode_tokens} tokens do not fit the "
                                    f"KV pool of {pool}")
-                    continue
-                rep = await self.decode_point(b, ctx)
+                else:
+                    decode_points.append((b, ctx))
+        prefill_points = [(n, c) for n in g.prefill_tokens for c in g.contexts]
+        pre: dict[tuple[int, int], list[tuple[float, int]]] = {p: [] for p in prefill_points}
+        dec: dict[tuple[int, int], list[tuple[float, float]]] = {p: [] for p in decode_points}
+        for r in range(PREFILL_PER_REPEAT * g.repeats):
+            for n, c in prefill_points:
+                pre[(n, c)].append(await self.prefill_sample(n, c, r))
                 if self.on_point:
-                    self.on_point(f"decode B={b} L={ctx}")
-                if not rep:
-                    skipped.append(f"decode B={b} L={ctx}: the {b} streams never decoded together "
-                                   "(more than max_num_seqs, or KV-limited)")
-                    continue
-                ts = [x[0] for x in rep]
-                decode_rows.append({"batch_size": b, "context_tokens": float(np.mean([x[1] for x in rep])),
-                                    "step_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts),
-                                    "samples": len(ts)})
+                    self.on_point(f"round {r + 1}: prefill N={n} C={c}")
+            if r % PREFILL_PER_REPEAT:
+                continue
+            for b, ctx in decode_points:
+                x = await self.decode_sample(b, ctx, r)
+                if x is not None:
+                    dec[(b, ctx)].append(x)
+                if self.on_point:
+                    self.on_point(f"round {r // PREFILL_PER_REPEAT + 1}: decode B={b} L={ctx}")
+        prefill_rows = []
+        for (n, c), rep in pre.items():
+            ts = [x[0] for x in rep]
+            cached = int(statistics.median([x[1] for x in rep]))
+            prefill_rows.append({"new_tokens": n + c - cached, "context_tokens": cached, "time_s": statistics.median(ts),
+                                 "min_s": min(ts), "max_s": max(ts), "samples": len(ts)})
+        decode_rows = []
+        for (b, ctx), rep in dec.items():
+            if not rep:
+                skipped.append(f"decode B={b} L={ctx}: the {b} streams never decoded together "
+                               "(more than max_num_seqs, or KV-limited)")
+                continue
+            ts = [x[0] for x in rep]
+            decode_rows.append({"batch_size": b, "context_tokens": float(np.mean([x[1] for x in rep])),
+                                "step_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts),
+                                "samples": len(ts)})
         return pd.DataFrame(prefill_rows), pd.DataFrame(decode_rows), skipped
 
 

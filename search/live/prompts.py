@@ -8,9 +8,11 @@ cache sees what the simulator assumes:
     prompt_0     = fresh ids, prompt_tokens_0 long
     prompt_{k+1} = (prompt_k + the ids the server generated for call k)[:shared] + fresh ids
 
-Ids are drawn from a seeded generator per program inside [lo, hi) (away from the special
-tokens at the start of most vocabularies), so a replay is reproducible and the fresh ids
-of one program never repeat another program's prefix.
+Ids are drawn from a generator per program inside [lo, hi) (away from the special tokens
+at the start of most vocabularies), seeded by the workload seed, the program and a salt:
+the fresh ids of one program never repeat another program's prefix, and a second replay
+with another salt has the same structure but none of the first one's prompts, which a
+server's prefix cache would otherwise still hold.
 """
 from __future__ import annotations
 
@@ -22,14 +24,15 @@ from simcore.workload import Program
 
 
 class PromptBuilder:
-    def __init__(self, program: Program, index: int, seed: int, token_range: tuple[int, int] = (100, 1000)) -> None:
+    def __init__(self, program: Program, index: int, seed: int, token_range: tuple[int, int] = (100, 1000),
+                 salt: int = 0) -> None:
         lo, hi = token_range
         if not 0 <= lo < hi:
             raise ValueError(f"token range {lo}:{hi} is empty")
         self.program = program
         self.lo, self.hi = lo, hi
         tag = zlib.crc32(program.program_id.encode("utf-8"))
-        self.rng = np.random.default_rng([seed, index, tag, 0x11FE])
+        self.rng = np.random.default_rng([seed, index, tag, salt, 0x11FE])
         self.stream: list[int] = []     # the previous call's prompt + what the server generated
 
     def _fresh(self, n: int) -> list[int]:

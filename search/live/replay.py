@@ -18,6 +18,7 @@ import asyncio
 import json
 import math
 import os
+import secrets
 import signal
 import time
 from dataclasses import dataclass, field
@@ -108,13 +109,16 @@ class Replay:
 
     def __init__(self, client: ServerClient, programs: Sequence[Program], arrivals: Sequence[float], *,
                  seed: int = 0, token_range: tuple[int, int] = (100, 1000), policy: ExportedPolicy | None = None,
-                 poll_s: float = 0.25, on_call: Callable[[int, int], None] | None = None) -> None:
+                 poll_s: float = 0.25, on_call: Callable[[int, int], None] | None = None,
+                 prompt_salt: int | None = None) -> None:
         if len(arrivals) != len(programs):
             raise LiveError(f"{len(arrivals)} arrival times for {len(programs)} programs")
         self.client = client
         self.programs = list(programs)
         self.arrivals = [float(a) for a in arrivals]
         self.seed = seed
+        # a fresh salt per replay: the server's prefix cache must not still hold the last replay's prompts
+        self.salt = secrets.randbits(31) if prompt_salt is None else int(prompt_salt)
         self.token_range = token_range
         self.policy = policy
         self.poll_s = poll_s
@@ -136,7 +140,7 @@ class Replay:
 
     async def _program(self, i: int) -> None:
         prog = self.programs[i]
-        builder = PromptBuilder(prog, i, self.seed, self.token_range)
+        builder = PromptBuilder(prog, i, self.seed, self.token_range, self.salt)
         due = self.arrivals[i]
         mine: list[CallRecord] = []
         try:
@@ -156,8 +160,8 @@ class Replay:
                                  max(0.0, release - due))
                 mine.append(rec)
                 self.records.append(rec)
-                if self.policy is not None:
-                    self.policy.end(handle, len(prompt), len(res.output_ids), call.tool_name, rec.end_s,
+                if self.policy is not None:   # completion = the last token, the simulator's c_{p,k}
+                    self.policy.end(handle, len(prompt), len(res.output_ids), call.tool_name, rec.finish_s,
                                     None if math.isnan(rec.first_scheduled_s) else rec.first_scheduled_s)
                 builder.generated(prompt, res.output_ids)
                 # Eq. 2: the successor is due when this response has completed plus the tool gap.
@@ -293,6 +297,7 @@ class Replay:
             "programs_unfinished": [p.program_id for p in self.programs if p.program_id not in ids][:20],
             "client_release_lag_p99_s": float(calls["release_lag_s"].quantile(0.99)) if len(calls) else None,
             "policy": self.policy.describe() if self.policy else None,
+            "prompt_salt": self.salt,
         })
         pol = {"retention": "server", "scheduling": "server", "routing": "server"}
         if self.policy is not None:

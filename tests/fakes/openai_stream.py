@@ -340,3 +340,42 @@ def dead_url() -> str:
     port = s.getsockname()[1]
     s.close()
     return f"http://127.0.0.1:{port}"
+
+
+def linear_step(c0: float, per_prefill_token: float, per_sequence: float, per_kv_token: float) -> StepTime:
+    """step = c0 + per_prefill_token x new tokens + per_sequence x decodes + per_kv_token x their KV."""
+    def step(prefills: list[tuple[int, int]], n_decode: int, kv_sum: int) -> float:
+        return c0 + per_prefill_token * sum(n for n, _ in prefills) + per_sequence * n_decode + per_kv_token * kv_sum
+    return step
+
+
+class Spawned:
+    """The fake server in a child process (its own interpreter: no GIL shared with the client).
+    `step` = linear_step's four numbers for engine mode."""
+
+    def __init__(self, step: tuple[float, float, float, float] | None = None, **kwargs: Any) -> None:
+        self.spec = {"step": step, **kwargs}
+        self.proc: Any = None
+
+    def __enter__(self) -> str:
+        import subprocess
+        import sys
+        from pathlib import Path
+        tests = str(Path(__file__).resolve().parent.parent)
+        self.proc = subprocess.Popen([sys.executable, "-m", "fakes.openai_stream", json.dumps(self.spec)], cwd=tests,
+                                     stdout=subprocess.PIPE, text=True)
+        return self.proc.stdout.readline().strip()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+if __name__ == "__main__":
+    import sys
+    spec = json.loads(sys.argv[1])
+    step = spec.pop("step", None)
+    srv = FakeServer(step_time=linear_step(*step) if step else None, **spec)
+    print(srv.start(), flush=True)
+    while True:
+        time.sleep(3600)
