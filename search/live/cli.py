@@ -33,7 +33,7 @@ from .client import LiveError, ServerClient
 from .exported import ExportedPolicy
 from .profile import PREFILL_PER_REPEAT, Grid, Profiler, _parse_list, default_grid, idle_check, write_profile
 from .replay import ReplayOutcome, replay
-from .validate import compare, markdown, plots, write_report
+from .validate import client_view, compare, markdown, plots, with_api_latency, write_report
 
 console = Console(stderr=True)
 out_console = Console()
@@ -101,6 +101,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--seed", type=int)
     c.add_argument("--policy", metavar="EXPORT_DIR", help="an `evolve export` package, on both sides")
     c.add_argument("--noise-floor", action="store_true", help="replay twice: how far two real runs lie apart")
+    c.add_argument("--api-latency", default="auto", metavar="auto|none|S",
+                   help="per-request client<->engine latency the simulation adds (HTTP, IPC, streaming): the "
+                        "profile's measured value (auto), none, or seconds")
     c.add_argument("--out", metavar="DIR", help="default runs/validate/<cell>-<time>")
     c.add_argument("--json", action="store_true")
     c.add_argument("--quiet", action="store_true")
@@ -251,20 +254,15 @@ async def _profile(args: argparse.Namespace) -> int:
                     _parse_list(args.batch_sizes, "batch-sizes") or g.batch_sizes,
                     _parse_list(args.decode_contexts, "decode-contexts") or g.decode_contexts,
                     args.decode_tokens, max(1, args.repeats))
-        mml = info.max_model_len
-        if mml and (max(grid.prefill_tokens) + max(grid.contexts) + 1 > mml
-                    or max(grid.decode_contexts) + grid.decode_tokens > mml):
-            raise LiveError(f"the grid needs prompts longer than the server's max model length {mml}: shrink "
-                            "--prefill-tokens/--contexts/--decode-contexts")
         console.print(f"profiling {info.model} at {info.url}: prefill N={grid.prefill_tokens} x C={grid.contexts}, "
                       f"decode B={grid.batch_sizes} x L={grid.decode_contexts}, {grid.repeats} repeats", highlight=False)
-        n_points = grid.repeats * (PREFILL_PER_REPEAT * len(grid.prefill_tokens) * len(grid.contexts)
-                                   + len(grid.batch_sizes) * len(grid.decode_contexts))
+        prof = Profiler(client, grid, args.token_range)
+        pre_points, dec_points, _ = prof.plan()
+        n_points = grid.repeats * (PREFILL_PER_REPEAT * len(pre_points) + len(dec_points))
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as bar:
             task = bar.add_task("profile", total=n_points)
-            prof = Profiler(client, grid, args.token_range,
-                            on_point=lambda what: bar.update(task, advance=1, description=what))
+            prof.on_point = lambda what: bar.update(task, advance=1, description=what)
             prefill, decode, skipped = await prof.run()
     for s in skipped:
         console.print(f"[yellow]skipped:[/] {s}", highlight=False)
@@ -283,7 +281,9 @@ async def _profile(args: argparse.Namespace) -> int:
 
 def _print_profile(res: dict[str, Any], tol: float) -> None:
     p, d, meta = res["prefill"], res["decode"], res["meta"]
-    t = Table(title="prefill: time to first token of a lone request")
+    server = meta.get("prefill_timing") == "server"
+    t = Table(title="prefill: a lone request's " + ("engine time to first token (server: scheduled -> first token)"
+                                                     if server else "time to first token (client)"))
     for col in ("new tokens N", "context C", "measured ms", "min-max ms", "fit ms", "error"):
         t.add_column(col, justify="right")
     for r in p.itertuples():
@@ -299,6 +299,10 @@ def _print_profile(res: dict[str, Any], tol: float) -> None:
         t.add_row(str(int(r.batch_size)), f"{r.context_tokens:.0f}", f"{r.step_s * 1e3:.3f}",
                   f"{r.min_s * 1e3:.3f}-{r.max_s * 1e3:.3f}", f"{r.fit_s * 1e3:.3f}", f"{r.error * 100:+.1f} %{flag}")
     out_console.print(t)
+    if server:
+        out_console.print(f"API latency per request (client TTFT - server TTFT - queue, median): "
+                          f"{meta['api_latency_s'] * 1e3:.2f} ms; `evolve validate` adds it to every call "
+                          "(--api-latency)", highlight=False)
     f = meta["fit"]
     a, b = f["a"], f["b"]
     out_console.print(f"fit: prefill = {a[0] * 1e3:.3f} ms + {a[1] * 1e6:.3f} us x N + {a[2] * 1e9:.4f} ns x N(C+N/2); "
@@ -339,7 +343,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
         console.print(f"[yellow]warning:[/] the cell simulates '{cell.policies.retention}' retention; a stock server "
                       "keeps freed blocks by LRU (cache-lru)", highlight=False)
     out = Path(args.out or Path("runs") / "validate" / f"{cell.name}-{_stamp()}")
-    sim = simulate(cell, programs=programs, arrivals=arrivals, seed=seed, **pols)
+    latency = _api_latency(args.api_latency, cell)
+    raw = simulate(cell, programs=with_api_latency(programs, latency) if latency else programs, arrivals=arrivals,
+                   seed=seed, **pols)
+    raw.write(out / "sim_engine")   # the engine's own clock
+    sim = client_view(raw, latency)
     sim.write(out / "sim")
     runs: list[ReplayOutcome] = []
     for rep in range(2 if args.noise_floor else 1):
@@ -357,10 +365,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     real, real2 = runs[0].result, runs[1].result if len(runs) > 1 else None
     pol_label = f"{sim.policies['retention']} + {sim.policies['scheduling']}"
     title = (f"{cell.name} ({len(programs)} programs at {cell.rate_jps:g} JPS, seed {seed}), {pol_label}, "
-             f"server {runs[0].info.model if runs[0].info else ''}")
+             f"server {runs[0].info.model if runs[0].info else ''}"
+             + (f", API latency {latency * 1e3:.2f} ms per call" if latency else ""))
     c = compare(real, sim, real2)
     write_report(out, c, title, {"cell": cell.name, "seed": seed, "server": args.server,
-                                 "policies": sim.policies, "profile": cell.profile}, real2 is not None)
+                                 "policies": sim.policies, "profile": cell.profile, "api_latency_s": latency},
+                 real2 is not None)
     plots(out, real, sim, real2, cell.name)
     if args.json:
         print(json.dumps({"title": title, **c.to_json()}))
@@ -369,6 +379,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
         console.print(f"tables, plots (jct_cdf.png, jct_per_program.png) and both sides' files in {out}",
                       highlight=False)
     return 0
+
+
+def _api_latency(spec: str, cell: Any) -> float:
+    if spec == "none":
+        return 0.0
+    if spec == "auto":
+        if not cell.profile:
+            return 0.0
+        from simcore.perf_measured import read_meta
+        lat = read_meta(cell.profile).get("api_latency_s") or 0.0
+        return float(lat) if isinstance(lat, (int, float)) and lat > 0 else 0.0
+    try:
+        v = float(spec)
+    except ValueError:
+        raise LiveError(f"--api-latency: expected auto, none or seconds, got '{spec}'") from None
+    if not (v >= 0 and math.isfinite(v)):
+        raise LiveError(f"--api-latency: expected seconds >= 0, got '{spec}'")
+    return v
 
 
 def _consistency(cell: Any, info: Any) -> None:

@@ -83,6 +83,19 @@ def _error_message(resp_text: str) -> str:
     return " ".join(str(msg).split())[:300]
 
 
+async def _sse_lines(r: httpx.Response):  # noqa: ANN202 - async generator of str
+    """Server-Sent Event lines, split on newlines only. (httpx's aiter_lines also splits on
+    U+0085, U+2028 and other breaks that JSON leaves unescaped inside generated text.)"""
+    buf = b""
+    async for chunk in r.aiter_bytes():
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            yield line.rstrip(b"\r").decode("utf-8", "replace")
+    if buf:
+        yield buf.rstrip(b"\r").decode("utf-8", "replace")
+
+
 def _strip_prompt_ids(payload: str) -> str:
     """Drop the echoed prompt ids (vLLM sends them in the first chunk with return_token_ids)
     before parsing: a long agent context would cost the client milliseconds of JSON per call."""
@@ -253,7 +266,7 @@ class ServerClient:
                 if "text/event-stream" not in ctype:
                     raise LiveError(f"the server answered a streaming request with '{ctype or 'no content type'}', "
                                     "not Server-Sent Events: replay needs streaming to time tokens")
-                async for line in r.aiter_lines():
+                async for line in _sse_lines(r):
                     if not line.startswith("data:"):
                         continue
                     payload = line[5:].strip()

@@ -4,8 +4,10 @@ Controlled request shapes on an otherwise idle server, each measured `repeats` t
 (the median is kept, min and max are written beside it):
 
   prefill (N new tokens over C cached)  (3 x repeats samples) the prefix of C tokens is sent first (max_tokens 1)
-      so it is cached, then prefix + N fresh ids; the time to first token of that lone
-      request is the prefill (the server's reported cached tokens give the true C).
+      so it is cached, then prefix + N fresh ids; the engine's time to first token of that
+      lone request (vLLM --enable-per-request-metrics: scheduled -> first token; else the
+      client's) is the prefill, and the server's reported cached tokens give the true C.
+      The rest of the client's TTFT (HTTP, IPC, streaming) is the API latency per request.
   decode (B sequences of context L)     B streams with distinct L-token prompts start
       together; once the last one has its first token and until the first one finishes,
       every sequence decodes in every step, so the median inter-token gap in that window
@@ -88,14 +90,15 @@ class Profiler:
         rng = np.random.default_rng([zlib.crc32(b"profile"), self._salt, self._n, *key])
         return rng.integers(*self.token_range, size=n).tolist()
 
-    async def prefill_sample(self, n: int, c: int, r: int) -> tuple[float, int]:
-        """(time to first token s, context actually cached) of one lone request."""
+    async def prefill_sample(self, n: int, c: int, r: int) -> tuple[float, float | None, float | None, int]:
+        """One lone request: (client TTFT s, server TTFT s = scheduled -> first token, server queue s,
+        context actually cached); the server figures are None where it does not report them."""
         ids = self._ids(c + n, n, c, r)
         if c:
             await self.client.stream_completion(ids[:c], 1)
         res = await self.client.stream_completion(ids, 1)
         cached = res.cached_tokens if res.cached_tokens is not None else c
-        return res.first_token_s - res.sent_s, int(cached)
+        return res.first_token_s - res.sent_s, res.server_ttft_s, res.queue_s, int(cached)
 
     async def decode_sample(self, b: int, ctx: int, r: int) -> tuple[float, float] | None:
         """(median steady-state inter-token gap s, mean context of the gaps used), or None."""
@@ -116,23 +119,38 @@ class Profiler:
             return None
         return statistics.median(gaps), float(np.mean(contexts))
 
-    async def run(self) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-        """Every point once per round, `repeats` rounds: a burst of load on a shared machine then
-        spoils one sample of several points (which the median drops), not every sample of one."""
+    def plan(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[str]]:
+        """The (N, C) prefill and (B, L) decode points the server can hold, and the ones skipped."""
         g, skipped = self.grid, []
         info = self.client.info
         pool = info.kv_pool_tokens if info and info.kv_pool_tokens else None
         bs = info.block_size if info and info.block_size else 16
+        mml = info.max_model_len if info and info.max_model_len else None
         decode_points = []
         for b in g.batch_sizes:
             for ctx in g.decode_contexts:
-                if pool is not None and b * (-(-(ctx + g.decode_tokens) // bs) * bs) > pool:
+                if mml is not None and ctx + g.decode_tokens > mml:
+                    skipped.append(f"decode B={b} L={ctx}: {ctx + g.decode_tokens} tokens exceed the max model length {mml}")
+                elif pool is not None and b * (-(-(ctx + g.decode_tokens) // bs) * bs) > pool:
                     skipped.append(f"decode B={b} L={ctx}: {b} x {ctx + g.decode_tokens} tokens do not fit the "
                                    f"KV pool of {pool}")
                 else:
                     decode_points.append((b, ctx))
-        prefill_points = [(n, c) for n in g.prefill_tokens for c in g.contexts]
-        pre: dict[tuple[int, int], list[tuple[float, int]]] = {p: [] for p in prefill_points}
+        prefill_points = []
+        for n in g.prefill_tokens:
+            for c in g.contexts:
+                if (mml is not None and n + c + 1 > mml) or (pool is not None and n + c + 1 > pool):
+                    skipped.append(f"prefill N={n} C={c}: longer than the max model length {mml} or KV pool {pool}")
+                else:
+                    prefill_points.append((n, c))
+        return prefill_points, decode_points, skipped
+
+    async def run(self) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+        """Every point once per round, `repeats` rounds: a burst of load on a shared machine then
+        spoils one sample of several points (which the median drops), not every sample of one."""
+        g = self.grid
+        prefill_points, decode_points, skipped = self.plan()
+        pre: dict[tuple[int, int], list[tuple[float, float | None, float | None, int]]] = {p: [] for p in prefill_points}
         dec: dict[tuple[int, int], list[tuple[float, float]]] = {p: [] for p in decode_points}
         for r in range(PREFILL_PER_REPEAT * g.repeats):
             for n, c in prefill_points:
@@ -149,10 +167,17 @@ class Profiler:
                     self.on_point(f"round {r // PREFILL_PER_REPEAT + 1}: decode B={b} L={ctx}")
         prefill_rows = []
         for (n, c), rep in pre.items():
-            ts = [x[0] for x in rep]
-            cached = int(statistics.median([x[1] for x in rep]))
+            client = [x[0] for x in rep]
+            server = [x[1] for x in rep if x[1] is not None]
+            # The engine's own step (scheduled -> first token) where the server reports it; the rest
+            # of a lone request's client TTFT is API latency (HTTP, IPC, streaming), kept apart.
+            ts = server if len(server) == len(rep) else client
+            lat = [x[0] - x[1] - (x[2] or 0.0) for x in rep if x[1] is not None]
+            cached = int(statistics.median([x[3] for x in rep]))
             prefill_rows.append({"new_tokens": n + c - cached, "context_tokens": cached, "time_s": statistics.median(ts),
-                                 "min_s": min(ts), "max_s": max(ts), "samples": len(ts)})
+                                 "min_s": min(ts), "max_s": max(ts), "samples": len(ts),
+                                 "client_ttft_s": statistics.median(client),
+                                 "api_latency_s": statistics.median(lat) if lat else None})
         decode_rows = []
         for (b, ctx), rep in dec.items():
             if not rep:
@@ -180,6 +205,8 @@ def write_profile(out: Path, info: ServerInfo, grid: Grid, prefill: pd.DataFrame
                         "widen the grids")
     f = fit(prefill, decode)
     p, d = point_errors(f, prefill, decode)
+    lat = prefill["api_latency_s"].dropna() if "api_latency_s" in prefill else pd.Series(dtype=float)
+    server_timed = len(lat) == len(prefill) and len(prefill) > 0
     worst = float(max(p["error"].abs().max(), d["error"].abs().max()))
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write(out / "prefill.csv", p.to_csv(index=False))
@@ -196,8 +223,12 @@ def write_profile(out: Path, info: ServerInfo, grid: Grid, prefill: pd.DataFrame
         "max_abs_error": worst,
         "mean_abs_error": float(pd.concat([p["error"], d["error"]]).abs().mean()),
         "within_tolerance": worst <= tolerance,
-        "method": "black-box: prefill = time to first token of a lone request over a cached prefix; decode step = "
-                  "median inter-token gap while B streams decode together",
+        "prefill_timing": "server" if server_timed else "client",
+        "api_latency_s": float(lat.median()) if server_timed else 0.0,
+        "method": "black-box: prefill = time to first token of a lone request over a cached prefix (the server's "
+                  "scheduled -> first token where it reports per-request metrics, else the client's); decode step = "
+                  "median inter-token gap while B streams decode together; api_latency_s = client TTFT - server "
+                  "TTFT - server queue time of those requests (HTTP, IPC, streaming), median",
     }
     _atomic_write(out / "profile.json", json.dumps(meta, indent=2) + "\n")
     return {"meta": meta, "prefill": p, "decode": d}

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simcore.metrics import SimResult
+from simcore.metrics import SimResult, frame_summary
+from simcore.workload import Call, Program
 
 # (key, label, unit scale, unit) of the table rows taken from the summaries
 ROWS = (("mean_jct_s", "mean JCT", 1.0, "s"), ("p99_jct_s", "p99 JCT", 1.0, "s"),
@@ -29,6 +30,33 @@ ROWS = (("mean_jct_s", "mean JCT", 1.0, "s"), ("p99_jct_s", "p99 JCT", 1.0, "s")
         ("mean_queueing_s", "mean queueing delay", 1e3, "ms"), ("preemptions", "preemptions", 1.0, ""),
         ("prefix_hit_rate", "prefix-hit rate", 100.0, "%"), ("makespan_s", "makespan", 1.0, "s"),
         ("throughput_tok_s", "output throughput", 1.0, "tok/s"))
+
+
+def with_api_latency(programs: list[Program], latency_s: float) -> list[Program]:
+    """The workload as the engine sees it when every request spends `latency_s` between the client
+    and the engine (HTTP, IPC, streaming; measured by `evolve profile`): each call reaches the
+    engine that much later after the previous one's completion, so every tool gap grows by it."""
+    out = []
+    for p in programs:
+        calls = tuple(c if k == len(p.calls) - 1 else
+                      Call(c.prompt_tokens, c.output_tokens, c.tool_name, c.tool_duration_s + latency_s,
+                           c.shared_prefix_tokens) for k, c in enumerate(p.calls))
+        out.append(Program(p.program_id, calls, p.meta))
+    return out
+
+
+def client_view(sim: SimResult, latency_s: float) -> SimResult:
+    """A simulation of the engine, seen from the client: each call's TTFT and end-to-end latency
+    and each program's JCT gain the API latency (in on the first call, out on the last)."""
+    if not latency_s:
+        return sim
+    programs, calls = sim.programs.copy(), sim.calls.copy()
+    programs["finish_s"] += latency_s
+    programs["jct_s"] += latency_s
+    calls["ttft_s"] += latency_s
+    calls["e2e_s"] += latency_s
+    summary = {**sim.summary, **frame_summary(programs, calls), "api_latency_s": latency_s}
+    return SimResult(sim.cell, sim.policies, sim.seed, programs, calls, sim.kv_timeline, summary, sim.release_times)
 
 
 def per_program_mape(a: pd.DataFrame, ref: pd.DataFrame) -> float | None:
