@@ -107,6 +107,7 @@ def test_prompts_extend_prompt_and_generated_tokens_and_ask_for_recorded_output(
         for k, r in enumerate(reqs):
             b = r.body
             assert b["max_tokens"] == prog.calls[k].output_tokens and b["ignore_eos"] is True
+            assert b["stream_interval"] == b["max_tokens"]   # default: first token, then the rest at once
             assert b["stream"] is True and b["stream_options"] == {"include_usage": True} and b["return_token_ids"]
             assert len(b["prompt"]) == prog.calls[k].prompt_tokens
             fresh = b["prompt"][prog.shared_prefix(k):]
@@ -119,6 +120,21 @@ def test_prompts_extend_prompt_and_generated_tokens_and_ask_for_recorded_output(
                 if prog.program_id == "override":
                     assert shared == 100 and b["prompt"][100] != stream[100]
     assert len(firsts) == 3   # programs share no first block
+
+
+def test_stream_interval_zero_leaves_streaming_to_the_server(tmp_path):
+    wl = tmp_path / "wl.jsonl"
+    save_programs(programs(1), wl)
+    srv = FakeServer(ttft_s=0.005, tpot_s=0.002)
+    url = srv.start()
+    try:
+        assert main(["replay", str(wl), "--server", url, "--rate", "5", "--out", str(tmp_path / "o"), "--quiet",
+                     "--stream-interval", "0"]) == 0
+    finally:
+        srv.stop()
+    assert all("stream_interval" not in r.body for r in srv.requests)
+    calls = pd.read_csv(tmp_path / "o" / "calls.csv")
+    assert (calls["output_tokens"] == [c.output_tokens for c in programs(1)[0].calls]).all()
 
 
 def test_replay_writes_the_files_evolve_simulate_writes(tmp_path, capsys):

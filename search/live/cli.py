@@ -59,6 +59,25 @@ def _server_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per-request read timeout")
 
 
+def _stream_interval(text: str) -> int | str | None:
+    if text == "whole":
+        return "whole"
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'whole' or a number of tokens, got '{text}'") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected >= 0, got '{text}'")
+    return v or None
+
+
+def _interval_arg(c: argparse.ArgumentParser) -> None:
+    c.add_argument("--stream-interval", type=_stream_interval, default="whole", metavar="whole|N|0",
+                   help="tokens per streamed chunk (vLLM's stream_interval): 'whole' (default) streams the first "
+                        "token and then the rest in one chunk, so streaming does not load the server or the "
+                        "client; N per N tokens; 0 leaves it to the server (other OpenAI-compatible servers)")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     c = subparsers.add_parser("replay", help="replay a workload against a running server, program by program",
                               description="Program-causal replay (call k+1 released when call k completed plus "
@@ -75,6 +94,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     _server_args(c)
+    _interval_arg(c)
     c.set_defaults(func=cmd_replay)
 
     c = subparsers.add_parser("profile", help="profile a running server's step times into a measured profile",
@@ -108,6 +128,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--json", action="store_true")
     c.add_argument("--quiet", action="store_true")
     _server_args(c)
+    _interval_arg(c)
     c.set_defaults(func=cmd_validate)
 
 
@@ -157,9 +178,10 @@ def _progress(quiet: bool, total: int) -> Progress:
 
 async def run_replay(server: str, programs: Sequence[Program], arrivals: Sequence[float], *, model: str | None,
                      api_key: str | None, timeout: float, token_range: tuple[int, int], seed: int,
-                     policy: ExportedPolicy | None, quiet: bool, label: str = "replay") -> ReplayOutcome:
+                     policy: ExportedPolicy | None, quiet: bool, label: str = "replay",
+                     stream_interval: int | str | None = "whole") -> ReplayOutcome:
     total = sum(len(p.calls) for p in programs)
-    async with ServerClient(server, model, api_key, timeout) as client:
+    async with ServerClient(server, model, api_key, timeout, stream_interval=stream_interval) as client:
         info = await client.check(token_range)
         if not quiet:
             console.print(f"server {info.url}: model {info.model}, max model length {info.max_model_len}, "
@@ -212,7 +234,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     out = Path(args.out or Path("runs") / "replays" / _stamp())
     outcome = asyncio.run(run_replay(args.server, programs, arrivals, model=args.model, api_key=args.api_key,
                                      timeout=args.timeout, token_range=args.token_range, seed=seed, policy=policy,
-                                     quiet=args.quiet or args.json, label=Path(label).name))
+                                     quiet=args.quiet or args.json, label=Path(label).name,
+                                     stream_interval=args.stream_interval))
     outcome.write(out)
     s = outcome.result.summary
     if args.json:
@@ -355,7 +378,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             policy = ExportedPolicy(args.policy)   # a fresh tracker: the second replay starts from nothing
         o = asyncio.run(run_replay(args.server, programs, arrivals, model=args.model, api_key=args.api_key,
                                    timeout=args.timeout, token_range=args.token_range, seed=seed, policy=policy,
-                                   quiet=args.quiet or args.json, label=f"replay {rep + 1}"))
+                                   quiet=args.quiet or args.json, label=f"replay {rep + 1}",
+                                   stream_interval=args.stream_interval))
         o.write(out / ("real" if rep == 0 else f"real{rep + 1}"))
         if o.interrupted or o.error:
             return _finish(o, out / ("real" if rep == 0 else f"real{rep + 1}"))

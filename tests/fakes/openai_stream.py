@@ -205,19 +205,23 @@ class FakeServer:
             self._wake.set()
         else:
             asyncio.get_running_loop().create_task(self._independent(req))
-        first = True
+        first, pending = True, []
+        interval = int(body.get("stream_interval") or 1)   # vLLM: first and last chunk at once
         while True:
             item = await queue.get()
             if item is None:
                 break
+            pending.append(item[0])
+            if not (first or item[1] is not None or len(pending) >= interval):
+                continue
             choice: dict[str, Any] = {"index": 0, "text": "", "logprobs": None, "finish_reason": item[1],
                                       "stop_reason": None}
             if self.token_ids:
                 choice["prompt_token_ids"] = list(prompt) if first else None
-                choice["token_ids"] = [item[0]]
+                choice["token_ids"] = pending
             else:
-                choice["text"] = "x"
-            first = False
+                choice["text"] = "x" * len(pending)
+            first, pending = False, []
             writer.write(f"data: {json.dumps({'id': 'cmpl-x', 'object': 'text_completion', 'model': self.model, 'choices': [choice]})}\n\n".encode())
             await writer.drain()
         usage = {"prompt_tokens": len(prompt), "completion_tokens": req.generated,
