@@ -35,7 +35,7 @@ def programs(n: int = 3) -> list[Program]:
 
 def run(url: str, progs: list[Program], arrivals: list[float], **kw):
     async def go():
-        async with ServerClient(url) as c:
+        async with ServerClient(url, stream_interval="whole") as c:   # the CLI's default
             return await replay(c, progs, arrivals, **kw)
     return asyncio.run(go())
 
