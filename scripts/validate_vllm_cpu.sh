@@ -13,9 +13,10 @@
 #
 # Every table goes to WORK/summary.md. The servers are stopped on exit, whatever happens.
 # Knobs (environment): WORK (default runs/validate-vllm-cpu), PORT (18765), RATES ("4 12"),
-# PROGRAMS (16), KV_BLOCKS (128), REPEATS (profile repeats, 3), SERVER_TIMEOUT (600 s),
-# DEVICE=cpu|gpu (gpu: a CUDA vLLM in .venv-vllm, MODEL=a local model directory, LOAD_FORMAT=dummy
-# for random weights, TOKENS_GPU=LO:HI prompt ids inside its vocabulary; the GPU's own KV pool).
+# PROGRAMS (16), KV_BLOCKS (128 blocks of 32 tokens on CPU, of 16 on GPU), REPEATS (profile
+# repeats, 3), SERVER_TIMEOUT (600 s), TOKENS (prompt ids LO:HI inside the model's vocabulary,
+# 10:250 for the tiny model's bytes), DEVICE=cpu|gpu (gpu: a CUDA vLLM in .venv-vllm, the same
+# tiny model unless MODEL=a local model directory, LOAD_FORMAT=dummy for random weights).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -24,12 +25,13 @@ WORK=${WORK:-runs/validate-vllm-cpu}
 PORT=${PORT:-18765}
 RATES=${RATES:-"4 12"}
 PROGRAMS=${PROGRAMS:-16}
-KV_BLOCKS=${KV_BLOCKS:-128}
 REPEATS=${REPEATS:-3}
 SERVER_TIMEOUT=${SERVER_TIMEOUT:-600}
 DEVICE=${DEVICE:-cpu}
 TINY=${TINY_MODEL:-search/export/templates/tiny_model.py}
-BLOCK=32              # vLLM's CPU attention needs a multiple of 32
+TOKENS=${TOKENS:-10:250}   # byte tokens of the tiny tokenizer (264 ids: 256 bytes + 8 specials)
+if [ "$DEVICE" = cpu ]; then BLOCK=32; else BLOCK=16; fi   # vLLM's CPU attention needs a multiple of 32
+KV_BLOCKS=${KV_BLOCKS:-$((4096 / BLOCK))}                   # a 4,096-token KV pool: memory pressure
 MAX_MODEL_LEN=2048
 MAX_SEQS=16
 MAX_BATCHED=2048
@@ -65,28 +67,28 @@ stop_server() {
 trap stop_server EXIT INT TERM
 
 # 1. the model
-if [ "$DEVICE" = cpu ]; then
+if [ -z "${MODEL:-}" ]; then
   if [ ! -f "$TINY" ]; then
     echo "error: $TINY not found (the export package's tiny-model maker); set TINY_MODEL=path/to/tiny_model.py" >&2
     exit 2
   fi
-  MODEL=${MODEL:-$WORK/model}
+  MODEL=$WORK/model
   .venv-vllm/bin/python "$TINY" "$MODEL" --max-model-len "$MAX_MODEL_LEN"
-else
-  MODEL=${MODEL:?DEVICE=gpu needs MODEL=a local model directory}
 fi
 
 start_server() {   # $1: fcfs | priority
   local log="$WORK/server-$1.log" t0=$SECONDS
+  # a small KV pool (memory pressure); eager: nothing is compiled in the middle of a measured replay
   local args=(--model "$MODEL" --host 127.0.0.1 --port "$PORT" --max-model-len "$MAX_MODEL_LEN"
               --max-num-seqs "$MAX_SEQS" --max-num-batched-tokens "$MAX_BATCHED" --enable-prefix-caching
-              --enable-per-request-metrics --enable-prompt-tokens-details --scheduling-policy "$1")
+              --enable-per-request-metrics --enable-prompt-tokens-details --scheduling-policy "$1"
+              --block-size "$BLOCK" --num-gpu-blocks-override "$KV_BLOCKS" --enforce-eager)
+  [ -z "${LOAD_FORMAT:-}" ] || args+=(--load-format "$LOAD_FORMAT")
   if [ "$DEVICE" = cpu ]; then
-    # eager: no torch.compile, so no shape is compiled in the middle of a measured replay
-    args+=(--block-size "$BLOCK" --num-gpu-blocks-override "$KV_BLOCKS" --enforce-eager)
-    VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${args[@]}" >"$log" 2>&1 &
+    # one engine thread the OS may move to whichever core is free: vLLM's default pins it to
+    # core 0, where on a shared 2-core host it waits behind whatever else runs there
+    VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${args[@]}" >"$log" 2>&1 &
   else
-    [ -z "${LOAD_FORMAT:-}" ] || args+=(--load-format "$LOAD_FORMAT")
     .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${args[@]}" >"$log" 2>&1 &
   fi
   SERVER_PID=$!
@@ -107,8 +109,6 @@ start_server() {   # $1: fcfs | priority
 
 # 2-3. FCFS server, profile
 start_server fcfs
-TOKENS=10:250   # byte tokens of the tiny tokenizer (its 264 ids: 256 bytes + 8 specials)
-[ "$DEVICE" = cpu ] || TOKENS=${TOKENS_GPU:-1000:30000}
 T=$SECONDS
 "$EVOLVE" profile --server "$URL" --out "$WORK/profile" --token-range "$TOKENS" --max-num-seqs "$MAX_SEQS" \
   --max-num-batched-tokens "$MAX_BATCHED" --repeats "$REPEATS" | tee "$WORK/profile.txt"

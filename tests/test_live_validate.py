@@ -76,3 +76,20 @@ def test_validate_against_the_fake_engine(own_configs, tmp_path, capsys):  # noq
     assert sorted(real["program_id"]) == sorted(sim["program_id"])
     assert (real.sort_values("program_id")["arrival_s"].to_numpy()
             == pytest.approx(sim.sort_values("program_id")["arrival_s"].to_numpy()))   # one arrival schedule
+
+
+def test_api_latency_lengthens_every_gap_and_is_added_once_per_call_and_program():
+    from search.live.validate import client_view, with_api_latency
+    from simcore.sim import simulate
+    progs = swe_like(3)
+    moved = with_api_latency(progs, 0.004)
+    for p, q in zip(progs, moved):
+        assert [c.tool_duration_s + 0.004 for c in p.calls[:-1]] == pytest.approx([c.tool_duration_s for c in q.calls[:-1]])
+        assert q.calls[-1] == p.calls[-1] and [c.prompt_tokens for c in q.calls] == [c.prompt_tokens for c in p.calls]
+    sim = simulate("rtx70b_swe10_0.1", programs=progs, seed=0)
+    view = client_view(sim, 0.004)
+    assert (view.programs["jct_s"] - sim.programs["jct_s"]).to_numpy() == pytest.approx(0.004)
+    assert view.summary["mean_ttft_s"] == pytest.approx(sim.summary["mean_ttft_s"] + 0.004)
+    assert view.summary["mean_tpot_s"] == pytest.approx(sim.summary["mean_tpot_s"])
+    assert view.summary["mean_queueing_s"] == pytest.approx(sim.summary["mean_queueing_s"])
+    assert client_view(sim, 0.0) is sim
