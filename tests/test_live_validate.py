@@ -36,16 +36,18 @@ def test_validate_against_the_fake_engine(own_configs, tmp_path, capsys):  # noq
                      "--contexts", "0,256", "--batch-sizes", "1,2,4,8", "--decode-contexts", "128,512",
                      "--decode-tokens", "16", "--repeats", "2"]) == 0
         (own_configs / "cells.yaml").write_text(
-            "families:\n  fake:\n    hardware: cpu-host\n    model: tiny-llama\n    profile: prof\n"
+            "families:\n  fake:\n    hardware: cpu-host\n    model: tiny-llama\n    kv_pool_tokens: 65536\n"
             "    engine: {block_size: 16, max_num_seqs: 64, max_num_batched_tokens: 8192}\n"
             "    workload: {kind: file, path: wl.jsonl}\n    rates: [4]\n")
         config.cell_catalog.cache_clear()
         capsys.readouterr()
         out = tmp_path / "v"
-        rc = main(["validate", "--cell", "fake_4", "--server", url, "--noise-floor", "--out", str(out), "--quiet"])
+        rc = main(["validate", "--cell", "fake_4", "--server", url, "--noise-floor", "--out", str(out), "--quiet",
+                   "--profile", str(own_configs / "prof")])   # a cell without a profile, given one
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     v = json.loads((out / "validation.json").read_text())
+    assert v["profile"] == str((own_configs / "prof").resolve()) and v["api_latency_s"] > 0
     rows = {r["key"]: r for r in v["rows"]}
     assert set(rows) >= {"mean_jct_s", "p99_jct_s", "mape", "mean_ttft_s", "mean_tpot_s", "mean_queueing_s",
                          "preemptions", "prefix_hit_rate"}

@@ -120,6 +120,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--cell", required=True)
     c.add_argument("--seed", type=int)
     c.add_argument("--policy", metavar="EXPORT_DIR", help="an `evolve export` package, on both sides")
+    c.add_argument("--profile", metavar="PROFILE_DIR", help="simulate with this measured profile instead of the cell's")
     c.add_argument("--noise-floor", action="store_true", help="replay twice: how far two real runs lie apart")
     c.add_argument("--api-latency", default="auto", metavar="auto|none|S",
                    help="per-request client<->engine latency the simulation adds (HTTP, IPC, streaming): the "
@@ -346,6 +347,11 @@ def _print_profile(res: dict[str, Any], tol: float) -> None:
 @_guard
 def cmd_validate(args: argparse.Namespace) -> int:
     cell = get_cell(args.cell)
+    if args.profile:
+        from simcore.perf_measured import read_meta, resolve
+        folder = resolve(args.profile)
+        read_meta(folder)
+        cell = cell.model_copy(update={"profile": str(folder)})
     seed = cell.seed if args.seed is None else args.seed
     programs = cell_programs(cell, seed)
     arrivals = recorded_arrivals(programs) if cell.workload.arrivals == "recorded" else \
