@@ -53,7 +53,8 @@ def _token_range(text: str) -> tuple[int, int]:
 def _server_args(c: argparse.ArgumentParser) -> None:
     c.add_argument("--server", required=True, metavar="URL", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000")
     c.add_argument("--model", help="served model name (default: the only one served)")
-    c.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="bearer token (default $OPENAI_API_KEY)")
+    c.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY"),
+                   help="bearer token the server wants (vLLM --api-key; default $VLLM_API_KEY)")
     c.add_argument("--token-range", type=_token_range, default=(100, 1000), metavar="LO:HI",
                    help="prompt token ids are drawn from [LO, HI) (inside the model's vocabulary; default 100:1000)")
     c.add_argument("--timeout", type=float, default=600.0, metavar="S", help="per-request read timeout")
