@@ -10,17 +10,19 @@ obvious escapes out and keeps the search's feedback specific.
 from __future__ import annotations
 
 import ast
-import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from . import worker
+from simcore.policies.base import AXES
+from simcore.policies.base import AXIS_BASES as _BASE_CLASSES
+
+from . import policy_api
 from .errors import SandboxViolation
+from .policy_api import SWALLOWING_EXCEPTIONS
 
 MAX_SOURCE_CHARS = 64 * 1024
 MAX_NODES = 20_000
 
-AXIS_BASES = {"retention": "RetentionPolicy", "scheduling": "SchedulingPolicy",
-              "routing": "RoutingPolicy"}
+AXIS_BASES = {axis: cls.__name__ for axis, cls in _BASE_CLASSES.items()}
 
 FORBIDDEN_NAMES = frozenset({
     "getattr", "setattr", "delattr", "hasattr", "vars", "dir", "globals", "locals", "type",
@@ -42,8 +44,6 @@ FORBIDDEN_ATTRS = frozenset({
     "cell_contents", "func_globals", "func_code", "im_func", "im_self", "mro",
     "_getframe", "_current_frames", "f_restricted",
 })
-SWALLOWING_EXCEPTIONS = frozenset({"BaseException", "SystemExit", "KeyboardInterrupt",
-                                   "GeneratorExit"})
 
 _ALLOWED_NODES = tuple(getattr(ast, n) for n in (
     "Module", "Expr", "Import", "ImportFrom", "alias", "ClassDef", "FunctionDef", "Return",
@@ -63,18 +63,13 @@ _ALLOWED_NODES = tuple(getattr(ast, n) for n in (
 class GateResult:
     class_name: str
     axis: str
-    # hooks whose answer is known without running code: {hook: raw decision}
-    constant_hooks: dict = field(default_factory=dict)
-    # hooks that always return the same literal after doing other work (see hook_answers)
-    always_hooks: dict = field(default_factory=dict)
     # every `.attribute` name in the source, or None when the source may read whole views
     # (repr/str/ascii/hash, f-strings); see observed_names
     observed_names: frozenset | None = None
 
 
 def _public_api_names() -> dict[str, frozenset[str]]:
-    return {m: frozenset(worker.public_api(importlib.import_module(m)))
-            for m in worker.ALLOWED_MODULES}
+    return {m: frozenset(policy_api.module_names(m)) for m in policy_api.MODULES}
 
 
 _API: dict[str, frozenset[str]] | None = None
@@ -102,9 +97,9 @@ def _where(node: ast.AST) -> str:
 def _check_import(node: ast.AST, module_aliases: dict[str, str]) -> None:
     if isinstance(node, ast.Import):
         for a in node.names:
-            if a.name not in worker.ALLOWED_MODULES:
+            if a.name not in policy_api.MODULES:
                 raise _Reject(f"{_where(node)}: import of '{a.name}' is not allowed; allowed modules: "
-                              f"{', '.join(worker.ALLOWED_MODULES)}")
+                              f"{', '.join(policy_api.MODULES)}")
             module_aliases[a.asname or a.name] = a.name
         return
     assert isinstance(node, ast.ImportFrom)
@@ -119,14 +114,14 @@ def _check_import(node: ast.AST, module_aliases: dict[str, str]) -> None:
             raise _Reject(f"{_where(node)}: only 'from __future__ import annotations' is allowed")
         return
     if mod == "typing":
-        allowed = worker.TYPING_NAMES
-    elif mod in worker.POLICY_IMPORT_MODULES:
-        allowed = worker.POLICY_IMPORT_NAMES
-    elif mod in worker.ALLOWED_MODULES:
+        allowed = policy_api.TYPING_NAMES
+    elif mod in policy_api.POLICY_IMPORT_MODULES:
+        allowed = policy_api.POLICY_IMPORT_NAMES
+    elif mod in policy_api.MODULES:
         allowed = tuple(_api()[mod])
     else:
         raise _Reject(f"{_where(node)}: import from '{mod}' is not allowed; allowed modules: "
-                      f"{', '.join(worker.ALLOWED_MODULES)}")
+                      f"{', '.join(policy_api.MODULES)}")
     for n in names:
         if n not in allowed:
             raise _Reject(f"{_where(node)}: '{n}' cannot be imported from '{mod}' in a policy")
@@ -205,95 +200,6 @@ def _policy_class(tree: ast.Module, axis: str) -> str:
     return name
 
 
-HOOKS = {"retention": ("on_turn_complete", "on_turn_arrival"), "scheduling": ("priority",),
-         "routing": ("select",)}
-# The base classes' defaults (simcore.policies.base; a test keeps them in sync).
-BASE_DEFAULTS = {"on_turn_complete": "release", "on_turn_arrival": None, "priority": 0, "select": 0}
-
-
-def _own_nodes(fn: ast.FunctionDef):
-    """Nodes of a function body, not descending into nested functions, lambdas or classes."""
-    stack = list(fn.body)
-    while stack:
-        node = stack.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-                stack.append(child)
-
-
-def _literal(node: ast.AST | None) -> tuple[bool, object]:
-    if node is None:
-        return False, None
-    try:
-        return True, ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False, None
-
-
-def hook_answers(tree: ast.Module, class_name: str, axis: str) -> tuple[dict, dict]:
-    """(constant, always): hooks whose answer is known without waiting for the worker.
-
-    constant: the hook provably returns a literal with no side effect (its body is one
-      `return <literal>`, or it is inherited unchanged from the base class), so the client
-      answers it without a round trip (most seeds' on_turn_arrival is `return "release"`).
-    always: every `return` of the hook returns the same literal and its last statement is
-      such a return, but it may do other work first (Listing 2's on_turn_arrival updates an
-      average, then returns "release"): the client may send it without waiting, because
-      its answer cannot be anything else; the worker still runs it, in order, and any
-      error or other answer fails the candidate at the next call.
-    Proof obligations for both: the method is the class's own (or the base's), undecorated,
-    not a generator; nothing in the file may rebind the hook or `bind` (an assignment to a
-    name or attribute of that name), the only way the gate leaves to swap a method.
-    """
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
-    rebound: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            rebound.add(node.id)
-        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            rebound.add(node.attr)
-        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node is not cls and node not in cls.body:
-            rebound.add(node.name)
-        elif isinstance(node, ast.alias):
-            rebound.add(node.asname or node.name)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            rebound.add(node.name)
-        elif isinstance(node, ast.arg):
-            rebound.add(node.arg)
-    own = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
-    constant: dict = {}
-    always: dict = {}
-    if "bind" in own or "bind" in rebound:
-        return constant, always
-    for hook in HOOKS[axis]:
-        if hook in rebound:
-            continue
-        fn = own.get(hook)
-        if fn is None:
-            if len(cls.bases) == 1:  # inherited straight from the base class
-                constant[hook] = always[hook] = BASE_DEFAULTS[hook]
-            continue
-        if fn.decorator_list:
-            continue
-        body = list(fn.body)
-        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                and isinstance(body[0].value.value, str):
-            body = body[1:]  # docstring
-        if not body or not isinstance(body[-1], ast.Return):
-            continue
-        nodes = list(_own_nodes(fn))
-        if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in nodes):
-            continue
-        values = [_literal(n.value) for n in nodes if isinstance(n, ast.Return)]
-        if not all(ok for ok, _ in values) or len({repr(v) for _, v in values}) != 1:
-            continue
-        always[hook] = values[0][1]
-        if len(body) == 1:
-            constant[hook] = values[0][1]
-    return constant, always
-
-
 _WHOLE_VIEW_NAMES = frozenset({"repr", "str", "ascii", "hash"})
 
 
@@ -306,6 +212,8 @@ def observed_names(nodes: list[ast.AST]) -> frozenset[str] | None:
     for n in nodes:
         if isinstance(n, ast.Attribute):
             names.add(n.attr)
+        elif isinstance(n, ast.FunctionDef):
+            names.add(n.name)  # an overridden `bind` receives the signals
         elif isinstance(n, ast.JoinedStr) or (isinstance(n, ast.Name) and n.id in _WHOLE_VIEW_NAMES) \
                 or (isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
                     and isinstance(n.left, ast.Constant) and isinstance(n.left.value, str)):
@@ -316,7 +224,7 @@ def observed_names(nodes: list[ast.AST]) -> frozenset[str] | None:
 def check_source(source: str, axis: str) -> GateResult:
     """Raise SandboxViolation with a one-line reason unless `source` passes the gate."""
     if axis not in AXIS_BASES:
-        raise SandboxViolation(f"unknown policy axis '{axis}' (expected retention, scheduling or routing)")
+        raise SandboxViolation(f"unknown policy axis '{axis}' (expected {', '.join(AXES)})")
     if not isinstance(source, str):
         raise SandboxViolation("policy source must be text")
     if len(source) > MAX_SOURCE_CHARS:
@@ -346,9 +254,8 @@ def check_source(source: str, axis: str) -> GateResult:
         for node in nodes:
             _check_node(node, module_aliases)
         name = _policy_class(tree, axis)
-        constants, always = hook_answers(tree, name, axis)
     except _Reject as e:
         raise SandboxViolation(f"rejected by the static gate: {e}") from None
     except RecursionError:
         raise SandboxViolation("rejected by the static gate: policy source is nested too deeply") from None
-    return GateResult(name, axis, constants, always, observed_names(nodes))
+    return GateResult(name, axis, observed_names(nodes))

@@ -1,4 +1,7 @@
-"""Start the worker with the interpreter's code at the parent's virtual address (Linux).
+"""Opt-in: start the worker with the interpreter's code at the parent's virtual address (Linux).
+
+Off by default (`load_sandboxed_policy(..., mirror_layout=True)` turns it on): it hands the
+parent's library addresses to untrusted code (see "What it costs" below).
 
 Why: a sandboxed run keeps the simulator and its worker on one CPU, taking turns
 (client.WorkerProcess.session), and both run the same interpreter code. With ASLR the two
@@ -187,10 +190,22 @@ def landed(pid: int, p: Plan) -> str:
     return "off: " + why
 
 
-def spawn(args: list[str], mirror: bool = True, **kw: Any) -> tuple[subprocess.Popen, Plan]:
+def forget_plans() -> None:
+    """Probe again at the next spawn (tests)."""
+    with _LOCK:
+        _PLANS.clear()
+
+
+def set_plan(p: Plan) -> None:
+    """Use `p` for this interpreter's next spawns instead of probing (tests)."""
+    with _LOCK:
+        _PLANS[sys.executable] = p
+
+
+def spawn(args: list[str], mirror: bool = False, **kw: Any) -> tuple[subprocess.Popen, Plan]:
     """Popen(args, **kw), with the interpreter's library at the parent's address if it can be."""
     if not mirror:
-        return subprocess.Popen(args, **kw), Plan(why_not="turned off (mirror_layout=False)")
+        return subprocess.Popen(args, **kw), Plan(why_not="not requested (mirror_layout=False, the default)")
     p = plan()
     if p.stack is not None:
         child = _spawn_with(args, p.stack, kw)

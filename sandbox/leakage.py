@@ -225,3 +225,39 @@ def check_leakage(factory: PolicyFactory, axis: str, cell: Cell | str, programs:
                               "%d with a perturbed future" % (len(a), horizon, len(b)), runs, compared, perturbed)
     return LeakReport(True, f"no leak: {compared} decisions identical across {runs - 2} perturbed futures "
                       f"({perturbed} hidden values changed)", runs, compared, perturbed)
+
+
+# --------------------------------------------------------------------------- static part
+def check_observed_fields(source: str) -> None:
+    """The cheap static part, before anything runs: every attribute the source reads off a
+    parameter named `pcb`, off `self.signals` and off an instance view (`inflight` items in
+    `select`) must be an observable field or member (simcore.pcb); reading `pcb.program`
+    is refused here with a reason instead of failing later with an AttributeError.
+
+    Raises SandboxViolation("leak: ..."). A field read under another name (or built at run
+    time) is caught by the worker, which is sent only the observable fields the source names.
+    """
+    import ast
+
+    from simcore.pcb import OBSERVABLE_PCB_FIELDS, OBSERVABLE_SIGNAL_FIELDS, observation_schema
+
+    from .errors import SandboxViolation
+    schema = observation_schema()
+    pcb_ok = OBSERVABLE_PCB_FIELDS | set(schema["ProgramView"]["members"])
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return  # the gate reports it
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        base = node.value
+        if isinstance(base, ast.Name) and base.id == "pcb":
+            if node.attr not in pcb_ok:
+                raise SandboxViolation(f"line {node.lineno}: pcb.{node.attr} is not an observable field "
+                                       f"(see simcore.pcb.ProgramView)")
+        elif (isinstance(base, ast.Attribute) and base.attr == "signals"
+              and isinstance(base.value, ast.Name) and base.value.id == "self"):
+            if node.attr not in OBSERVABLE_SIGNAL_FIELDS:
+                raise SandboxViolation(f"line {node.lineno}: self.signals.{node.attr} is not an observable "
+                                       "signal (see simcore.pcb.Signals)")

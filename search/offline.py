@@ -148,6 +148,14 @@ class OfflineMutator(LLMInterface):
         return None
 
     @staticmethod
+    def _single_priority_term(lines: list[str], a: int, b: int) -> bool:
+        """A priority that is one term of attained service: scaling it or taking its sqrt/log
+        keeps every order, so such edits change no decision (a wasted evaluation)."""
+        block = "\n".join(lines[a:b])
+        return ("def priority" in block and not re.search(r"score [+-]= ", block)
+                and not re.search(r"(return int\(round\(|score = ).*[+-]", block))
+
+    @staticmethod
     def _find(lines: list[str], a: int, b: int, pattern: str) -> list[int]:
         rx = re.compile(pattern)
         return [i for i in range(a, b) if rx.search(lines[i])]
@@ -206,6 +214,8 @@ class OfflineMutator(LLMInterface):
         return ("Try a different form of this decision.", ([lines[i]], [rng.choice(options)]))
 
     def _transform_service(self, lines, a, b, rng):
+        if self._single_priority_term(lines, a, b):
+            return None
         cands = []
         for i in range(a, b):
             if "score = " in lines[i] or "return int(round(" in lines[i]:
@@ -221,6 +231,8 @@ class OfflineMutator(LLMInterface):
                 ([lines[i]], [lines[i].replace(form, other, 1)]))
 
     def _constant(self, lines, a, b, rng):
+        if self._single_priority_term(lines, a, b):
+            return None
         spots = []
         for i in range(a, b):
             s = lines[i]

@@ -12,7 +12,7 @@ import matplotlib.ticker  # noqa: E402,F401
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .runs import Run, island_progress  # noqa: E402
+from .runs import Run, fitness_progress  # noqa: E402
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -23,30 +23,58 @@ def _save(fig: Any, path: Path) -> Path:
 
 
 def plot_islands(run: Run, out: Path) -> Path:
-    df = island_progress(run)
+    """Best candidate so far per island (ranked by the interval's lower bound): its fitness as
+    a step line and its 95% interval as a band."""
+    df = fitness_progress(run)
     fig, ax = plt.subplots(figsize=(7, 4))
     # distinct line styles and markers: islands often share values (all start from the seed)
     styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
     for k, (isl, g) in enumerate(df.groupby("island")):
         ls, mk = styles[k % len(styles)]
-        ax.step(g["iteration"], g["best_fitness"], where="post", ls=ls, marker=mk, ms=5, mfc="none",
-                lw=1.5, label=f"island {isl}")
+        line = ax.step(g["iteration"], g["best_fitness"], where="post", ls=ls, marker=mk, ms=5, mfc="none",
+                       lw=1.5, label=f"island {isl}")[0]
+        ax.fill_between(g["iteration"], g["best_lo"], g["best_hi"], step="post", color=line.get_color(),
+                        alpha=0.15, lw=0, label=f"island {isl}: 95% interval")
     ax.axhline(1.0, color="grey", lw=0.8, ls="--", label="seed parity")
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter(useOffset=False))  # 1.00006, not 1e-5+1
-    ax.set(xlabel="iteration", ylabel="best fitness so far (seed JCT / candidate JCT)",
-           title=f"{run.run_id}: best fitness per island")
-    ax.legend()
+    ax.set(xlabel="iteration", ylabel="fitness of the best so far (seed JCT / candidate JCT)",
+           title=f"{run.run_id}: best per island (by lower bound)")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return _save(fig, out / "fitness_islands.png")
 
 
+def axis_is_shipped(axis: str, spec: str) -> bool:
+    from simcore.policies.registry import policy_names
+    return spec in policy_names(axis)
+
+
 def simulate_pair(run: Run, best_path: Path) -> dict[str, Any]:
-    """Re-simulate seed and best on the run's cell and first workload seed (deterministic)."""
+    """Re-simulate seed and best on the run's cell and first workload draw (deterministic),
+    with the other axes fixed as in the run (`--with`). Every policy file of the run (seed,
+    best, a fixed axis given as a file) runs in a sandboxed worker, never in this process."""
+    from sandbox.client import load_sandboxed_policy
     from simcore.sim import simulate
+
+    def sandboxed(path: Path, axis: str) -> Any:
+        return load_sandboxed_policy(path.read_text(encoding="utf-8"), axis,
+                                     allow_weak_sandbox=run.allow_weak_sandbox)
+
     seed = run.workload_seeds[0]
-    return {label: simulate(run.cell, seed=seed, **{run.axis: str(path)})
-            for label, path in (("seed", run.root / "seed.py"), ("best", best_path))}
+    out = {}
+    for label, path in (("seed", run.root / "seed.py"), ("best", best_path)):
+        pols = {axis: (spec if axis_is_shipped(axis, spec) else sandboxed(Path(spec), axis))
+                for axis, spec in run.fixed_policies.items()}
+        pols[run.axis] = sandboxed(path, run.axis)
+        try:
+            out[label] = simulate(run.cell, seed=seed, **pols)
+        finally:
+            for p in pols.values():
+                if not isinstance(p, str):
+                    p.close()
+    return out
 
 
 def plot_jct_cdf(run: Run, results: dict[str, Any], out: Path) -> Path:

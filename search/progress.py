@@ -1,7 +1,10 @@
-"""Live progress of a search: iterations, evaluations in flight, best per island, failures.
+"""Live progress of a search: iterations, LLM calls pending and their age, evaluations in
+flight, best per island, failures.
 
-On a terminal it is a rich Live panel; otherwise (CI, pipes) one plain line per candidate.
-All updates come from job threads or the main thread, so state changes take a lock.
+On a terminal it is a rich Live panel; otherwise (CI, pipes) one plain line per event.
+Updates come from job threads and the main thread, so state changes take a lock. Every
+string that a user, an LLM or a candidate wrote is shown as plain text (rich.text.Text,
+control characters replaced), never parsed as markup.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from .display import strip_control
+
 
 class Progress:
     def __init__(self, title: str, planned: int, in_flight: Callable[[], int] = lambda: 0,
@@ -28,17 +33,18 @@ class Progress:
         self.scored = self.replayed = 0
         self.failures: Counter[str] = Counter()
         self.iteration_errors = 0
-        self.best_by_island: dict[int, tuple[float, str]] = {}
+        self.best_by_island: dict[int, tuple[float, float, str]] = {}
         self.events: deque[str] = deque(maxlen=6)
-        self.interrupted = False
+        self.llm_pending: dict[int, tuple[str, float]] = {}
         self.t0 = time.monotonic()
         self._live: Live | None = None
 
     # ------------------------------------------------------------------ updates
     def _event(self, line: str) -> None:
+        line = strip_control(line)
         self.events.append(line)
         if self._live is None:
-            self.console.print(line, markup=False)
+            self.console.print(line, markup=False, highlight=False)
 
     def note(self, line: str) -> None:
         with self._lock:
@@ -47,32 +53,41 @@ class Progress:
     def submitted(self, iteration: int) -> None:
         pass
 
-    def record(self, result: dict[str, Any], replayed: bool = False) -> None:
+    def llm_started(self, iteration: int, model: str) -> None:
         with self._lock:
-            it = int(result["iteration"])
+            self.llm_pending[iteration] = (model, time.monotonic())
+
+    def llm_finished(self, iteration: int) -> None:
+        with self._lock:
+            self.llm_pending.pop(iteration, None)
+
+    def record(self, result: Any, replayed: bool = False) -> None:
+        """A scored candidate (a CandidateResult)."""
+        with self._lock:
+            it = int(result.iteration)
             if it > 0:
                 self.done_iterations.add(it)
             self.scored += 1
             self.replayed += int(replayed)
             tag = " (replayed)" if replayed else ""
-            if result["status"] != "ok":
-                self.failures[str(result.get("failure_kind") or "failed")] += 1
-                self._event(f"iter {it:>3} {result['candidate_id']}  FAILED {result.get('failure_kind')}: "
-                            f"{(result.get('reason') or '')[:90]}{tag}")
+            if result.status != "ok":
+                self.failures[str(result.failure_kind or "failed")] += 1
+                self._event(f"iter {it:>3} {result.candidate_id}  FAILED {result.failure_kind}: "
+                            f"{(result.reason or '')[:110]}{tag}")
                 return
-            lo, hi = result["fitness_ci"]
-            isl = int(result.get("island") or 0)
-            f = float(result["fitness"])
-            if isl not in self.best_by_island or f > self.best_by_island[isl][0]:
-                self.best_by_island[isl] = (f, result["candidate_id"])
-            self._event(f"iter {it:>3} {result['candidate_id']}  fitness {f:.4f} [{lo:.4f}, {hi:.4f}]"
+            lo, hi = result.fitness_ci
+            isl = int(result.island or 0)
+            key = (lo, result.fitness, result.candidate_id)
+            if isl not in self.best_by_island or key[:2] > self.best_by_island[isl][:2]:
+                self.best_by_island[isl] = key
+            self._event(f"iter {it:>3} {result.candidate_id}  fitness {result.fitness:.4f} [{lo:.4f}, {hi:.4f}]"
                         f"  island {isl}{tag}")
 
     def iteration_error(self, iteration: int, msg: str) -> None:
         with self._lock:
             self.done_iterations.add(iteration)
             self.iteration_errors += 1
-            self._event(f"iter {iteration:>3} no candidate: {msg[:100]}")
+            self._event(f"iter {iteration:>3} {msg[:160]}")
 
     @property
     def iterations_done(self) -> int:
@@ -82,16 +97,21 @@ class Progress:
     # ------------------------------------------------------------------ display
     def _render(self) -> Panel:
         with self._lock:
+            now = time.monotonic()
             t = Table.grid(padding=(0, 2))
             t.add_row("iterations", f"{len(self.done_iterations)}/{self.planned}",
-                      "in flight", str(self._in_flight()),
-                      "elapsed", f"{time.monotonic() - self.t0:,.0f} s")
-            isl = "  ".join(f"island {i}: {f:.4f} ({cid})" for i, (f, cid) in sorted(self.best_by_island.items()))
+                      "evaluations in flight", str(self._in_flight()),
+                      "elapsed", f"{now - self.t0:,.0f} s")
+            isl = "  ".join(f"island {i}: {f:.4f} [lo {lo:.4f}] ({cid})"
+                            for i, (lo, f, cid) in sorted(self.best_by_island.items()))
             fails = ", ".join(f"{k} {v}" for k, v in sorted(self.failures.items())) or "none"
-            body = Group(t, Text(f"best  {isl or '-'}"),
-                         Text(f"failures  {fails};  iterations without a candidate: {self.iteration_errors}"),
+            pending = "  ".join(f"iter {it} {model} {now - t0:,.0f} s"
+                                for it, (model, t0) in sorted(self.llm_pending.items())) or "none"
+            body = Group(t, Text(f"LLM calls pending  {pending}"),
+                         Text(f"best  {isl or '-'}"),
+                         Text(f"failed candidates  {fails};  iterations without a candidate: {self.iteration_errors}"),
                          Text("\n".join(self.events), style="dim"))
-        return Panel(body, title=self.title)
+        return Panel(body, title=Text(strip_control(self.title)))
 
     def __enter__(self) -> "Progress":
         if self.console.is_terminal:

@@ -28,17 +28,35 @@ class LLMSettings(_Strict):
     models: list[ModelEntry] = []
     temperature: float = Field(1.0, ge=0)
     max_tokens: int = Field(4096, gt=0)
-    timeout_s: float = Field(120, gt=0)
-    retries: int = Field(2, ge=0)
+    timeout_s: float = Field(120, gt=0)       # total time budget of one LLM call, retries included
+    retries: int = Field(2, ge=0)             # retries of transient errors (connection, 429, 5xx) within the budget
+    max_consecutive_failures: int = Field(5, gt=0)   # then the run stops with status failed
+
+
+class HeldOutSettings(_Strict):
+    draws: list[int] = Field(default_factory=lambda: [100, 101, 102, 103, 104])
+    top: int = Field(3, ge=0)                 # candidates re-scored on the held-out draws (0 = off)
 
 
 class EvaluatorSettings(_Strict):
     extra_cells: list[str] = []
-    workload_seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
-    stage1_cell: str | None = "auto"
-    stage1_threshold: float = Field(0.0, ge=0)
+    workload_seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1)
+    stage1: bool = True                       # the target cell on the first draw first
+    stage1_threshold: float = Field(0.98, ge=0)
+    leak_cell: str | None = "auto"            # counterfactual leakage test here; auto = the family's short cell
     simulator: str = "simcore.sim:simulate"
     leak_check: bool = True
+    allow_weak_sandbox: bool = False   # --allow-weak-sandbox: run where an isolation layer is missing
+    heldout: HeldOutSettings = HeldOutSettings()
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> "EvaluatorSettings":
+        if len(set(self.workload_seeds)) != len(self.workload_seeds):
+            raise ValueError("workload_seeds has repeated draws")
+        both = sorted(set(self.workload_seeds) & set(self.heldout.draws))
+        if both:
+            raise ValueError(f"heldout.draws must not repeat in-sample workload_seeds (both: {both})")
+        return self
 
 
 class SearchSettings(_Strict):
@@ -82,6 +100,8 @@ def _deep_merge(base: dict, over: dict) -> dict:
 def _read_yaml(path: Path | str, text: str | None = None) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text if text is not None else Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise SettingsError(f"{path}: not UTF-8 text (byte {e.start})") from None
     except OSError as e:
         raise SettingsError(f"{path}: cannot read: {e.strerror}") from None
     except yaml.YAMLError as e:
@@ -98,6 +118,11 @@ def default_settings_dict() -> dict[str, Any]:
     return _read_yaml("configs/search.yaml", ref.read_text(encoding="utf-8"))
 
 
+# settings that have a command-line flag: an invalid value is blamed on the flag
+FLAGS = {"iterations": "--iterations", "islands": "--islands", "population": "--population", "seed": "--seed",
+         "workers": "--workers", "timeout_s": "--timeout"}
+
+
 def load_settings(config_file: str | None = None, overrides: dict[str, Any] | None = None,
                   base: dict[str, Any] | None = None) -> SearchSettings:
     """Defaults (or `base`, e.g. a run's saved config) <- config file <- flag overrides."""
@@ -106,10 +131,14 @@ def load_settings(config_file: str | None = None, overrides: dict[str, Any] | No
     if config_file:
         data = _deep_merge(data, _read_yaml(config_file))
         where = config_file
-    data = _deep_merge(data, {k: v for k, v in (overrides or {}).items() if v is not None})
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    data = _deep_merge(data, given)
     try:
         return SearchSettings.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
+        key = str(err["loc"][0]) if err["loc"] else ""
+        if key in given and key in FLAGS:
+            raise SettingsError(f"{FLAGS[key]} {given[key]}: {err['msg']}") from None
         raise SettingsError(f"{where}: {loc}: {err['msg']}") from None

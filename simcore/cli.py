@@ -16,6 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .config import ConfigError, cell_catalog, get_cell
@@ -90,26 +91,37 @@ def _summary_table(title: str, s: dict[str, Any]) -> Table:
     return t
 
 
-def _load_policy_arg(axis: str, spec: str | None, trusted: bool) -> Any:
-    """Shipped names pass through; files go through the sandbox unless --trusted."""
+def _load_policy_arg(axis: str, spec: str | None, trusted: bool, allow_weak_sandbox: bool = False) -> Any:
+    """Shipped names pass through; files go through the sandbox unless --trusted.
+
+    There is no fallback: a sandbox that cannot be imported or started is an error, never a
+    reason to run the file in this process (only --trusted does that).
+    """
     if spec is None or spec in policy_names(axis) or trusted:
-        return spec
-    try:
-        client = importlib.import_module("sandbox.client")
-    except ImportError:
         return spec
     from pathlib import Path
     p = Path(spec)
     if not p.is_file():
         raise PolicyError(f"unknown {axis} policy '{spec}'; shipped: {', '.join(policy_names(axis))} "
                           "(or a path to a policy .py file)")
-    return client.load_sandboxed_policy(p.read_text(encoding="utf-8"), axis)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise PolicyError(f"{p}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except OSError as e:
+        raise PolicyError(f"{p}: cannot read: {e.strerror}") from None
+    try:
+        from sandbox.client import load_sandboxed_policy
+    except ImportError as e:
+        raise PolicyError(f"{p}: the sandbox cannot be loaded ({e}); policy files run only in the sandbox, "
+                          "or in this process with --trusted") from None
+    return load_sandboxed_policy(text, axis, allow_weak_sandbox=allow_weak_sandbox)
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     cell = get_cell(args.cell)
     programs = load_programs(args.workload) if args.workload else None
-    pols = {axis: _load_policy_arg(axis, getattr(args, axis), args.trusted) for axis in AXES}
+    pols = {axis: _load_policy_arg(axis, getattr(args, axis), args.trusted, args.allow_weak_sandbox) for axis in AXES}
     files = [getattr(args, a) for a in AXES if getattr(args, a) and getattr(args, a) not in policy_names(a)]
     try:
         res = simulate(cell, programs=programs, seed=args.seed, arrivals=args.arrivals, **pols)
@@ -192,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--arrivals", choices=["poisson", "recorded"],
                    help="Poisson at the cell's rate, or the trace's recorded times (meta.arrival_s)")
     c.add_argument("--trusted", action="store_true", help="run policy files in-process (no sandbox)")
+    c.add_argument("--allow-weak-sandbox", action="store_true",
+                   help="run policy files even where a sandbox isolation layer is unavailable on this machine")
     c.add_argument("--out", metavar="DIR", help="write summary.json, programs.csv, calls.csv, kv_timeline.csv")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=_cmd_simulate)
@@ -226,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         return int(args.func(args) or 0)
     except USER_ERRORS as e:
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         err_console.print("interrupted")

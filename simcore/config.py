@@ -15,6 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .textio import read_text
+
 
 class ConfigError(ValueError):
     """Broken or unknown configuration; the message is one line naming file/field."""
@@ -115,11 +117,9 @@ def _data_root() -> Path:
 
 def load_yaml(path: Path, error: type[Exception] = ConfigError) -> Any:
     """Parse a YAML file; a missing file or bad YAML raises `error` with `path:line: ...`."""
+    text = read_text(path, error)
     try:
-        with path.open("r", encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
-    except FileNotFoundError:
-        raise error(f"{path}: file not found") from None
+        return yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""

@@ -4,10 +4,19 @@
 program (the trace), which policies must never see. `ProgramView` is a frozen copy of
 only the deployable fields (DESIGN §2, "Causal observation boundary"); it is built fresh
 for every decision, so a policy cannot reach simulator objects through it.
+
+The observation schema is defined here once: the three dataclasses below. Everything else
+derives from them: the allow-lists (OBSERVABLE_*), and `observation_schema()`, the plain
+data from which the sandbox worker builds its views at start-up (and the export its copy).
 """
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
 from dataclasses import dataclass, field, fields
+from functools import lru_cache
+from typing import Any
 
 from .workload import Program
 
@@ -71,6 +80,41 @@ class Signals:
 
 OBSERVABLE_SIGNAL_FIELDS: frozenset[str] = frozenset(f.name for f in fields(Signals))
 OBSERVABLE_INSTANCE_FIELDS: frozenset[str] = frozenset(f.name for f in fields(InstanceView))
+OBSERVATION_CLASSES: tuple[type, ...] = (ProgramView, InstanceView, Signals)
+
+
+def _self_reads(source: str) -> list[str]:
+    """Attributes a member reads off `self`: the fields it needs sent."""
+    return sorted({n.attr for n in ast.walk(ast.parse(source))
+                   if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"})
+
+
+@lru_cache(maxsize=1)
+def observation_schema() -> dict[str, Any]:
+    """The observation classes as plain data (JSON-able), for code that cannot import simcore.
+
+    {class name: {"fields": [names in order], "types": {name: annotation}, "history":
+    [ProgramView's tuple fields, which only grow over a program's life], "members": {name:
+    {"source": the member's source, "reads": [fields it reads]}}, "module": "simcore.pcb"}}.
+    Members are the public methods and properties (ProgramView.gap_elapsed_s,
+    InstanceView.inflight); their source is compiled where the views are rebuilt.
+    """
+    out: dict[str, Any] = {}
+    for cls in OBSERVATION_CLASSES:
+        names = [f.name for f in fields(cls)]
+        types = {f.name: str(f.type) for f in fields(cls)}
+        members = {}
+        for name, obj in vars(cls).items():
+            if name.startswith("_") or name in names:
+                continue
+            fn = obj.fget if isinstance(obj, property) else obj
+            if not inspect.isfunction(fn):
+                continue
+            src = textwrap.dedent(inspect.getsource(obj.fget if isinstance(obj, property) else obj))
+            members[name] = {"source": src, "reads": _self_reads(src)}
+        out[cls.__name__] = {"fields": names, "types": types, "members": members, "module": cls.__module__,
+                             "history": [n for n in names if cls is ProgramView and types[n].startswith("tuple[")]}
+    return out
 
 
 @dataclass(slots=True)

@@ -20,6 +20,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from .textio import json_problem, lines, write_text_atomic
+
 
 class WorkloadError(ValueError):
     """A workload file or object that cannot be simulated; the message is one line."""
@@ -118,24 +120,19 @@ def program_to_dict(p: Program) -> dict[str, Any]:
 def load_programs(path: str | Path) -> list[Program]:
     """Read a JSONL workload; every problem is reported as `file:line: ...`."""
     path = Path(path)
-    if not path.is_file():
-        raise WorkloadError(f"{path}: no such workload file")
     programs: list[Program] = []
     seen: set[str] = set()
-    with path.open("r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise WorkloadError(f"{where}: malformed JSON ({e.msg} at column {e.colno})") from None
-            p = program_from_dict(obj, where)
-            if p.program_id in seen:
-                raise WorkloadError(f"{where}: duplicate program_id '{p.program_id}'")
-            seen.add(p.program_id)
-            programs.append(p)
+    for lineno, line in lines(path, WorkloadError, "workload file"):
+        where = f"{path}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise WorkloadError(f"{where}: {json_problem(e)}") from None
+        p = program_from_dict(obj, where)
+        if p.program_id in seen:
+            raise WorkloadError(f"{where}: duplicate program_id '{p.program_id}'")
+        seen.add(p.program_id)
+        programs.append(p)
     if not programs:
         raise WorkloadError(f"{path}: workload has no programs")
     return programs
@@ -143,12 +140,8 @@ def load_programs(path: str | Path) -> list[Program]:
 
 def save_programs(programs: Iterable[Program], path: str | Path) -> None:
     """Write JSONL atomically (tmp file + rename) so a crash never leaves half a file."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for p in programs:
-            fh.write(json.dumps(program_to_dict(p), separators=(",", ":")) + "\n")
-    tmp.replace(path)
+    text = "".join(json.dumps(program_to_dict(p), separators=(",", ":")) + "\n" for p in programs)
+    write_text_atomic(path, text, WorkloadError)
 
 
 def poisson_arrivals(n: int, rate_jps: float, seed: int) -> list[float]:

@@ -63,7 +63,7 @@ def test_unknown_policy_lists_valid_ones():
 
 @pytest.mark.parametrize("content,needle", [
     ('{"program_id":"a","calls":[{"prompt_tokens":10,"output_tokens":2,"tool":null}]}\n{"program_id": "b", "calls": [{"pro\n',
-     ":2: malformed JSON"),
+     ":2: malformed or truncated JSON"),
     ('{"program_id":"a","calls":[{"prompt_tokens":-3,"output_tokens":2}]}\n', "'prompt_tokens' must be >= 1"),
     ('{"program_id":"a","calls":[]}\n', "'calls' must be a non-empty list"),
     ('{"program_id":"a","calls":[{"prompt_tokens":10,"output_tokens":2,"tool":{"duration_s":"x"}}]}\n',

@@ -67,3 +67,44 @@ def test_task_reports_crashes_as_data_not_exceptions():
     bad = src.replace("return int(round(pcb.attained_service_s * 1000.0))", "return 1 // 0")
     out = run_policy(bad, "scheduling", src, ["rtx70b_swe10_0.1"], [0])
     assert out["ok"] is False and out["kind"] == "crash" and "ZeroDivisionError" in out["reason"]
+
+
+def test_admission_calls_only_the_sandbox_and_has_no_fallbacks():
+    """One implementation of each check: the sandbox's. No copy of the gate, the markers or
+    the loader lives here (the copies were weaker, and the loader ran candidates in-process)."""
+    import inspect
+
+    import evaluator.admission as A
+    import sandbox.gate
+    import sandbox.leakage
+    import sandbox.markers
+    src = inspect.getsource(A)
+    for gone in ("_fallback", "backend(", "policy_class_from_source", "exec(", "import ast", "EVOLVE-BLOCK",
+                 "heapq"):
+        assert gone not in src, gone
+    assert A.check_source is sandbox.gate.check_source
+    assert A._check_markers is sandbox.markers.check_markers
+    assert A._counterfactual is sandbox.leakage.check_leakage
+
+
+def test_load_failures_and_reasons_are_inert_text():
+    bad = "class P(SchedulingPolicy):\n    engine_args = {'block_size': '\\x1b[31m[red]x'}\n"
+    with pytest.raises(Rejected) as e:
+        load_policy(bad, "scheduling")
+    assert e.value.kind == "load" and "\x1b" not in e.value.reason and "[red]" not in e.value.reason
+
+
+def test_a_missing_layer_is_not_a_rejection(monkeypatch):
+    """A machine without a layer stops the search (SandboxUnavailable), not the candidate."""
+    from sandbox import SandboxUnavailable
+    from sandbox import client
+    real = client.load_sandboxed_policy
+    monkeypatch.setattr("evaluator.admission.load_sandboxed_policy",
+                        lambda *a, **k: real(*a, simulate_unavailable=("ipcns",), **k))
+    with pytest.raises(SandboxUnavailable, match="ipcns"):
+        load_policy(seed("scheduling"), "scheduling")
+    pol = load_policy(seed("scheduling"), "scheduling", allow_weak_sandbox=True)
+    try:
+        assert pol.sandbox_layers["ipcns"].startswith("off")
+    finally:
+        pol.close()

@@ -86,3 +86,78 @@ def test_usage_errors_exit_2_with_one_line(tmp_path, capsys, argv, msg):
     assert main(argv) == 2
     out = capsys.readouterr().out.strip()
     assert msg in out and len(out.splitlines()) == 1
+
+
+def test_the_isolation_lines_name_every_layer_and_claim_none_that_is_off(tmp_path, capsys):
+    p = seed_path(tmp_path, "scheduling_plas.py")
+    assert main(["check", str(p), "--axis", "scheduling"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("isolation: on: "))
+    for layer in ("userns", "pidns", "netns", "fs_root", "landlock", "seccomp", "caps", "audit_tripwire"):
+        assert layer in line
+    assert "OFF" not in out
+
+
+def test_a_missing_layer_is_refused_then_shown_when_allowed(tmp_path, capsys, monkeypatch):
+    """--allow-weak-sandbox runs the check and prints what was off; without it, exit 2."""
+    from sandbox import client
+    real = client.load_sandboxed_policy
+    monkeypatch.setattr(client, "load_sandboxed_policy",
+                        lambda *a, **k: real(*a, simulate_unavailable=("netns",), **k))
+    monkeypatch.setattr("sandbox.check.load_sandboxed_policy", client.load_sandboxed_policy)
+    p = seed_path(tmp_path, "scheduling_plas.py")
+    assert main(["check", str(p), "--axis", "scheduling"]) == 2
+    out = capsys.readouterr().out.strip()
+    assert len(out.splitlines()) == 1 and "netns" in out and "--allow-weak-sandbox" in out
+    assert main(["check", str(p), "--axis", "scheduling", "--allow-weak-sandbox", "--json"]) == 0
+    v = json.loads(capsys.readouterr().out)
+    assert v["allow_weak_sandbox"] is True and v["layers"]["netns"].startswith("off: unavailable")
+    assert main(["check", str(p), "--axis", "scheduling", "--allow-weak-sandbox"]) == 0
+    out = capsys.readouterr().out
+    assert "isolation: OFF: netns (unavailable" in out and "accepted by --allow-weak-sandbox" in out
+    assert "netns" not in next(x for x in out.splitlines() if x.startswith("isolation: on: "))
+
+
+@pytest.mark.parametrize("name", ["67_deep_engine_args", "68_ansi_in_exception"])
+def test_bad_answers_give_one_inert_line(capsys, name: str):
+    """engine_args nested 1,000 deep and escape codes in a candidate's exception: one line,
+    no traceback, nothing a terminal would act on."""
+    rc = main(["check", str(HOSTILE / f"{name}.py"), "--axis", "scheduling"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "Traceback" not in out and "\x1b" not in out and "\r" not in out and "\x07" not in out
+    verdict = [x for x in out.splitlines() if x.startswith("verdict:")]
+    assert len(verdict) == 1 and verdict[0].startswith("verdict: REJECTED")
+    assert "[bold" not in out
+
+
+def test_simulate_gives_the_same_one_line_errors(capsys):
+    from simcore.cli import main as evolve
+    for name in ("67_deep_engine_args", "68_ansi_in_exception"):
+        rc = evolve(["simulate", "--cell", "rtx70b_swe10_0.1", "--scheduling", str(HOSTILE / f"{name}.py")])
+        err = capsys.readouterr().err
+        assert rc == 2 and "Traceback" not in err and "\x1b" not in err
+        assert len([x for x in err.splitlines() if x.strip()]) <= 2  # one message (wrapped at most once)
+
+
+def test_simulate_never_runs_a_file_in_process_when_the_sandbox_is_missing(monkeypatch, capsys, tmp_path):
+    """The fail-open branch is gone: no sandbox, no run (only --trusted runs a file here)."""
+    import sys
+    from simcore.cli import main as evolve
+    p = seed_path(tmp_path, "scheduling_plas.py")
+    monkeypatch.setitem(sys.modules, "sandbox.client", None)  # import sandbox.client -> ImportError
+    assert evolve(["simulate", "--cell", "rtx70b_swe10_0.1", "--scheduling", str(p)]) == 2
+    assert "the sandbox cannot be loaded" in capsys.readouterr().err
+    assert evolve(["simulate", "--cell", "rtx70b_swe10_0.1", "--scheduling", str(p), "--trusted", "--json"]) == 0
+
+
+def test_simulate_refuses_a_weak_sandbox_unless_allowed(monkeypatch, capsys, tmp_path):
+    from sandbox import client
+    from simcore.cli import main as evolve
+    real = client.load_sandboxed_policy
+    monkeypatch.setattr(client, "load_sandboxed_policy",
+                        lambda *a, **k: real(*a, simulate_unavailable=("pidns",), **k))
+    p = seed_path(tmp_path, "scheduling_plas.py")
+    assert evolve(["simulate", "--cell", "rtx70b_swe10_0.1", "--scheduling", str(p)]) == 2
+    assert "pidns" in capsys.readouterr().err
+    assert evolve(["simulate", "--cell", "rtx70b_swe10_0.1", "--scheduling", str(p), "--allow-weak-sandbox",
+                   "--json"]) == 0

@@ -1,6 +1,11 @@
 """The hostile corpus (tests/hostile/*.py): every escape is refused by the gate AND contained
 by the worker when the gate is skipped (defence in depth), with a one-line reason.
 
+Files 59-69 are one per class of attack found against the earlier design (issue 12):
+gate bypass through allowed modules (59, 60, 61, 69), switching the tripwire off (62), raw
+syscalls (63), cross-evaluation memory (64), a trojan run by whoever loads the file (65), a
+class changed after its body (66), deep engine_args and escape codes in reasons (67, 68).
+
 Each corpus file starts with a header:
     # hostile: what it tries          # axis: retention|scheduling|routing
     # gate: reject <substring> | pass # worker: violation <substring> | ok | any
@@ -79,7 +84,7 @@ def run_ungated(path: Path, audit: bool, canary: Path) -> tuple[str, str]:
         return "violation", str(e)
     finally:
         if policy is not None:
-            pid = policy._worker.proc.pid
+            pid = policy.sandbox.keeper_pid
             policy.close()
             assert not _group_alive(pid), f"{path.name}: processes of the worker's group survived"
 
@@ -98,18 +103,42 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+def sysv_key_space() -> dict[str, str]:
+    """Every SysV message queue, shared memory segment and semaphore set of this IPC namespace."""
+    out = {}
+    for kind in ("msg", "shm", "sem"):
+        try:
+            out[kind] = Path(f"/proc/sysvipc/{kind}").read_text()
+        except OSError:
+            out[kind] = ""
+    return out
+
+
+def xattrs(p: Path) -> list[str]:
+    try:
+        return sorted(os.listxattr(p))
+    except OSError:
+        return []
+
+
 @pytest.fixture()
 def canary():
+    """A world-writable directory (so only the sandbox stops a write) and the SysV key space:
+    both must be unchanged after each candidate."""
     d = Path(tempfile.mkdtemp(prefix="agentservesim-canary-", dir="/tmp"))
-    os.chmod(d, 0o1777)  # writable by the worker's user, so only the sandbox stops a write
+    os.chmod(d, 0o1777)
+    before = sysv_key_space()
     yield d
     left = sorted(p.name for p in d.iterdir())
+    attrs = xattrs(d)
     shutil.rmtree(d, ignore_errors=True)
     assert not left, f"a hostile candidate wrote {left}"
+    assert not attrs, f"a hostile candidate set the extended attributes {attrs}"
+    assert sysv_key_space() == before, "a hostile candidate changed the SysV key space"
 
 
 def test_corpus_is_big_enough():
-    assert len(CORPUS) >= 30
+    assert len(CORPUS) >= 69
     for p in CORPUS:
         h = header(p)
         assert {"hostile", "axis", "gate", "worker"} <= set(h), p.name
@@ -135,7 +164,7 @@ def test_worker_contains_without_gate(path: Path, canary):
     h = header(path)
     outcome, detail = run_ungated(path, audit=True, canary=canary)
     want, _, expect = h["worker"].partition(" ")
-    assert "\n" not in detail
+    assert "\n" not in detail and all(" " <= c and c != "\x7f" for c in detail), detail  # one line, inert
     if want != "any":
         assert outcome == want, f"{path.name}: {outcome}: {detail}"
         assert expect in detail, f"{path.name}: {detail}"
@@ -150,5 +179,7 @@ def test_kernel_layers_contain_without_tripwire(path: Path, canary):
     # side effects (files, processes) are checked by the fixtures; here the verdict:
     # failures the tripwire does not cause must still fail, and so must escapes marked so
     w = h["worker"]
-    if (w.startswith("violation") and "blocked operation" not in w) or h.get("worker-noaudit") == "violation":
+    noaudit, _, expect = h.get("worker-noaudit", "").partition(" ")
+    if (w.startswith("violation") and "blocked operation" not in w) or noaudit == "violation":
         assert outcome == "violation", f"{path.name}: escaped the kernel layers: {detail}"
+        assert expect in detail, f"{path.name}: {detail}"

@@ -1,4 +1,4 @@
-"""sandbox/layout.py: the worker maps the interpreter where the parent does, and nothing else changes."""
+"""sandbox/layout.py (opt-in): the worker maps the interpreter where the parent does, and nothing else changes."""
 from __future__ import annotations
 
 import resource
@@ -11,6 +11,7 @@ from sandbox.client import load_sandboxed_policy
 from tests.test_sandbox_gate import LISTING_2
 
 PLAN = layout.plan()
+MIRROR = {"mirror_layout": True}
 needs_mirror = pytest.mark.skipif(PLAN.stack is None, reason=f"layout not mirrored here: {PLAN.why_not}")
 
 
@@ -40,25 +41,37 @@ def test_lib_base_reads_the_lowest_mapping_of_exactly_that_path():
     assert layout.lib_base("/usr/lib/libc.so.6", maps) is None
 
 
+@pytest.fixture()
+def fresh_plans():
+    """Each test that changes the plan probes afresh, and leaves a fresh probe behind."""
+    layout.forget_plans()
+    yield
+    layout.forget_plans()
+
+
 @needs_mirror
 def test_worker_maps_the_interpreter_where_the_parent_does():
     path, base, _ = layout.interpreter_lib()
-    pol = load_sandboxed_policy(LISTING_2, "retention")
+    pol = load_sandboxed_policy(LISTING_2, "retention", **MIRROR)
     try:
-        w = pol._worker
+        w = pol.sandbox
         assert w.layout == "mirrored"
-        assert layout.lib_base(path, _maps(w.proc.pid)) == base
+        assert layout.lib_base(path, _maps(w.pid)) == base
         # and the candidate runs with the parent's stack limit, not the one used to place it
-        assert _stack_limit(w.proc.pid) == _soft()
+        assert _stack_limit(w.pid) == _soft()
     finally:
         pol.close()
 
 
-def test_mirror_off_leaves_the_layout_to_aslr():
-    pol = load_sandboxed_policy(LISTING_2, "retention", mirror_layout=False)
+def test_mirroring_is_off_by_default():
+    """It hands the parent's library addresses to untrusted code: opt-in only."""
+    pol = load_sandboxed_policy(LISTING_2, "retention")
     try:
-        assert pol._worker.layout == "off: turned off (mirror_layout=False)"
-        assert _stack_limit(pol._worker.proc.pid) == _soft()
+        assert pol.sandbox.layout == "off: not requested (mirror_layout=False, the default)"
+        assert _stack_limit(pol.sandbox.pid) == _soft()
+        path, base, _ = layout.interpreter_lib()
+        if path is not None:
+            assert layout.lib_base(path, _maps(pol.sandbox.pid)) != base  # its own randomised address
     finally:
         pol.close()
 
@@ -66,7 +79,7 @@ def test_mirror_off_leaves_the_layout_to_aslr():
 def test_parent_stack_limit_and_personality_are_restored():
     before = resource.getrlimit(resource.RLIMIT_STACK)
     persona = layout._persona(layout._QUERY) if layout._persona else None
-    pol = load_sandboxed_policy(LISTING_2, "retention")
+    pol = load_sandboxed_policy(LISTING_2, "retention", **MIRROR)
     pol.close()
     assert resource.getrlimit(resource.RLIMIT_STACK) == before
     if persona is not None:
@@ -79,8 +92,8 @@ def test_concurrent_spawns_from_threads_all_land_and_restore():
     out: list = []
 
     def load() -> None:
-        pol = load_sandboxed_policy(LISTING_2, "retention")
-        out.append((pol._worker.layout, _stack_limit(pol._worker.proc.pid)))
+        pol = load_sandboxed_policy(LISTING_2, "retention", **MIRROR)
+        out.append((pol.sandbox.layout, _stack_limit(pol.sandbox.pid)))
         pol.close()
 
     threads = [threading.Thread(target=load) for _ in range(4)]
@@ -92,16 +105,15 @@ def test_concurrent_spawns_from_threads_all_land_and_restore():
     assert resource.getrlimit(resource.RLIMIT_STACK) == before
 
 
-def test_a_refused_personality_falls_back_with_the_reason(monkeypatch):
+def test_a_refused_personality_falls_back_with_the_reason(monkeypatch, fresh_plans):
     monkeypatch.setattr(layout, "_persona", lambda persona: -1)
-    monkeypatch.setattr(layout, "_PLANS", {})
     from simcore.sim import simulate
-    pol = load_sandboxed_policy(LISTING_2, "retention")
+    pol = load_sandboxed_policy(LISTING_2, "retention", **MIRROR)
     try:
-        assert pol._worker.layout.startswith("off: personality(ADDR_NO_RANDOMIZE) refused")
+        assert pol.sandbox.layout.startswith("off: personality(ADDR_NO_RANDOMIZE) refused")
         log: list = []
         simulate("rtx70b_swe10_0.1", decision_log=log, retention=pol)  # and the worker still serves
-        assert len(log) > 500 and pol._worker.dead is None
+        assert len(log) > 400 and pol.sandbox.dead is None
     finally:
         pol.close()
 
@@ -118,21 +130,19 @@ def test_decisions_do_not_depend_on_the_layout():
             logs.append(log)
         finally:
             pol.close()
-    assert logs[0] == logs[1] and len(logs[0]) > 500
+    assert logs[0] == logs[1] and len(logs[0]) > 400
 
 
 @needs_mirror
-def test_a_worker_that_lands_elsewhere_turns_mirroring_off_for_the_next(monkeypatch):
-    monkeypatch.setattr(layout, "_PLANS", {})
+def test_a_worker_that_lands_elsewhere_turns_mirroring_off_for_the_next(fresh_plans):
     real = layout.plan()
-    monkeypatch.setitem(layout._PLANS, layout.sys.executable,
-                        layout.Plan(real.lib, real.base, real.stack + (64 << 20)))  # 64 MiB too deep
-    first = load_sandboxed_policy(LISTING_2, "retention")
-    second = load_sandboxed_policy(LISTING_2, "retention")
+    layout.set_plan(layout.Plan(real.lib, real.base, real.stack + (64 << 20)))  # 64 MiB too deep
+    first = load_sandboxed_policy(LISTING_2, "retention", **MIRROR)
+    second = load_sandboxed_policy(LISTING_2, "retention", **MIRROR)
     try:
-        assert first._worker.layout == f"off: the library landed at {real.base - (64 << 20):#x}, not {real.base:#x}"
-        assert second._worker.layout.startswith("off: an earlier worker did not land where planned")
-        assert _stack_limit(first._worker.proc.pid) == _soft()
+        assert first.sandbox.layout == f"off: the library landed at {real.base - (64 << 20):#x}, not {real.base:#x}"
+        assert second.sandbox.layout.startswith("off: an earlier worker did not land where planned")
+        assert _stack_limit(first.sandbox.pid) == _soft()
     finally:
         first.close()
         second.close()

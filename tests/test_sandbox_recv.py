@@ -1,86 +1,77 @@
-"""The client's answer reader: it reads before it polls (an answer is usually waiting, since
-the worker runs on the parent's CPU while the parent writes), and must still assemble split
-lines, keep answers that arrive together, and enforce the decision deadline."""
+"""The client's answer reader (sandbox.process.LineReader, sandbox.wire.parse_answer): it
+reads before it polls (an answer is usually waiting, since the worker runs on the parent's
+CPU while the parent writes), and must still assemble split lines, keep answers that arrive
+together, enforce the deadline, and parse untrusted lines strictly and without tracebacks."""
 from __future__ import annotations
 
 import os
-import select
 import threading
 import time
 
 import pytest
 
-from sandbox import SandboxViolation
-from sandbox.client import WorkerProcess
-
-
-class _CountingPoll:
-    def __init__(self, fd: int) -> None:
-        self._p = select.poll()
-        self._p.register(fd, select.POLLIN)
-        self.calls = 0
-
-    def poll(self, ms: float) -> list:
-        self.calls += 1
-        return self._p.poll(ms)
-
-
-class _ExitedProc:
-    returncode = 0  # kill() leaves an exited process alone
-    pid = -1
+from sandbox.process import Closed, Deadline, LineReader, TooLarge
+from sandbox.wire import Failed, Malformed, parse_answer
 
 
 @pytest.fixture()
 def reader():
     r, w = os.pipe()
     os.set_blocking(r, False)
-    wp = WorkerProcess.__new__(WorkerProcess)  # only the reading side is exercised
-    wp._in, wp._buf, wp.dead, wp.proc = r, bytearray(), None, _ExitedProc()
-    wp._poll_in = _CountingPoll(r)
-    yield wp, w
+    yield LineReader(r), w
     os.close(r)
-    os.close(w)
+    try:
+        os.close(w)
+    except OSError:
+        pass
 
 
-def _recv(wp: WorkerProcess, timeout_s: float = 2.0) -> object:
-    return wp._recv(time.monotonic() + timeout_s, timeout_s, "priority")
+def _recv(rd: LineReader, timeout_s: float = 2.0) -> object:
+    return parse_answer(rd.read_line(time.monotonic() + timeout_s))
 
 
 def test_waiting_answer_is_read_without_polling(reader):
-    wp, w = reader
+    rd, w = reader
     os.write(w, b"[1,42]\n")
-    assert _recv(wp) == 42
-    assert wp._poll_in.calls == 0
+    assert _recv(rd) == 42
+    assert rd.polls == 0
 
 
 def test_answers_arriving_together_are_kept_in_order(reader):
-    wp, w = reader
+    rd, w = reader
     os.write(w, b'[1,"release"]\n[1,["protect",3.5]]\n[1,-7]\n')
-    assert [_recv(wp), _recv(wp), _recv(wp)] == ["release", ["protect", 3.5], -7]
+    assert [_recv(rd), _recv(rd), _recv(rd)] == ["release", ["protect", 3.5], -7]
 
 
 def test_split_line_is_assembled_after_polling(reader):
-    wp, w = reader
+    rd, w = reader
     os.write(w, b"[1,")
     t = threading.Timer(0.05, lambda: os.write(w, b"17]\n"))
     t.start()
     try:
-        assert _recv(wp) == 17
+        assert _recv(rd) == 17
     finally:
         t.join()
-    assert wp._poll_in.calls >= 1
+    assert rd.polls >= 1
 
 
 def test_missing_answer_still_hits_the_deadline(reader):
-    wp, _ = reader
+    rd, _ = reader
     t = time.monotonic()
-    with pytest.raises(SandboxViolation, match=r"^decision deadline of 0.2 s exceeded while priority$"):
-        _recv(wp, timeout_s=0.2)
+    with pytest.raises(Deadline):
+        _recv(rd, timeout_s=0.2)
     assert 0.15 < time.monotonic() - t < 1.5
 
 
+def test_a_closed_pipe_is_not_a_timeout(reader):
+    rd, w = reader
+    os.close(w)
+    with pytest.raises(Closed):
+        _recv(rd)
+
+
 def test_endless_unterminated_output_is_refused(reader):
-    wp, w = reader
+    rd, w = reader
     os.set_blocking(w, False)
     try:
         while True:
@@ -101,8 +92,8 @@ def test_endless_unterminated_output_is_refused(reader):
     th = threading.Thread(target=flood, daemon=True)
     th.start()
     try:
-        with pytest.raises(SandboxViolation, match="answer larger than"):
-            _recv(wp)
+        with pytest.raises(TooLarge):
+            _recv(rd)
     finally:
         stop.set()
         th.join()
@@ -115,18 +106,21 @@ def test_endless_unterminated_output_is_refused(reader):
     # not in the fast path's shape: the JSON parser decides, exactly as before
     (b'[1,["protect",1.5,2.0]]', ["protect", 1.5, 2.0]), (b'[1, "release"]', "release"),
 ])
-def test_fast_paths_agree_with_json(reader, line, want):
-    wp, w = reader
-    os.write(w, line + b"\n")
-    got = _recv(wp)
+def test_fast_paths_agree_with_json(line, want):
+    got = parse_answer(line)
     assert got == want and type(got) is type(want)
 
 
 @pytest.mark.parametrize("line", [b'[1,["protect",1_0]]', b'[1,["protect",inf]]', b'[1,["protect", 01]]',
-                                  b'[1,["protect",]]', b'[1,"release]'])
-def test_fast_paths_refuse_what_json_refuses(reader, line):
-    """float() would read 1_0 or inf; an answer must still be strict JSON."""
-    wp, w = reader
-    os.write(w, line + b"\n")
-    with pytest.raises(SandboxViolation, match="malformed answer"):
-        _recv(wp)
+                                  b'[1,["protect",]]', b'[1,"release]', b'[2,1]', b'[true,1]', b'{"a":1}',
+                                  b"[1," + b"[" * 100_000 + b"]" * 100_000 + b"]",       # RecursionError in json
+                                  b'[1,[[[[[[1]]]]]]]'])                                  # deeper than any answer
+def test_malformed_deep_or_huge_answers_are_a_reason(line):
+    """float() would read 1_0 or inf; deep nesting would be a RecursionError traceback."""
+    with pytest.raises(Malformed):
+        parse_answer(line)
+
+
+def test_a_failure_line_carries_its_reason():
+    with pytest.raises(Failed, match="priority raised ValueError: x"):
+        parse_answer(b'[0,"priority raised ValueError: x"]')

@@ -7,17 +7,18 @@ import textwrap
 
 import pytest
 
-from sandbox import worker as W
-from sandbox.client import ViewEncoder, load_sandboxed_policy
-from sandbox.gate import check_source
+from sandbox.client import load_sandboxed_policy
+from sandbox.gate import AXIS_BASES, check_source
+from sandbox.wire import ViewEncoder, select_fields
+from simcore.pcb import observation_schema
 from simcore.policies.registry import policy_class_from_source
 from simcore.sim import simulate
-from tests.test_sandbox_worker import pview, sig
+from tests.test_sandbox_worker import Died, pview, sig, worker_views
 
 
 def wire_of(body: str, axis: str = "scheduling") -> dict:
-    base = {"scheduling": "SchedulingPolicy", "retention": "RetentionPolicy", "routing": "RoutingPolicy"}[axis]
-    return W.select_fields(check_source(f"class P({base}):\n" + textwrap.indent(body, "    "), axis).observed_names)
+    return select_fields(check_source(f"class P({AXIS_BASES[axis]}):\n" + textwrap.indent(body, "    "),
+                                      axis).observed_names)
 
 
 def test_only_named_fields_are_sent():
@@ -38,8 +39,8 @@ def test_derived_members_bring_the_fields_they_read():
 def test_whole_view_text_or_hash_sends_everything(expr: str):
     """Text and hashes of a view must be what they are in-process, so all fields go."""
     w = wire_of(f"def priority(self, pcb, now):\n    return len({expr})\n")
-    assert w == W.select_fields(None)
-    assert w["view"] + w["hist"] == list(W.VIEW_FIELDS)
+    assert w == select_fields(None)
+    assert w["view"] + w["hist"] == observation_schema()["ProgramView"]["fields"]
 
 
 def test_arithmetic_modulo_keeps_the_selection():
@@ -47,25 +48,31 @@ def test_arithmetic_modulo_keeps_the_selection():
     assert w["view"] == ["program_id", "turn_index"]
 
 
-def test_unsent_fields_do_not_exist_in_the_worker_view():
-    """A field left out is absent, not a made-up value."""
-    wire = W.select_fields(frozenset({"context_tokens", "completed_output_tokens"}))
+def test_signals_go_when_the_source_reads_them_or_overrides_bind():
+    assert wire_of("def priority(self, pcb, now):\n    return 0\n")["signals"] is None
+    w = wire_of("def bind(self, s):\n    self.t = s.now\ndef priority(self, pcb, now):\n    return 0\n")
+    assert w["signals"] == ["now"]
+
+
+def test_unsent_fields_are_a_reason_not_a_made_up_value():
+    """A field left out is never read silently: the worker stops with a reason."""
+    wire = select_fields(frozenset({"context_tokens", "completed_output_tokens"}))
     enc = ViewEncoder(wire)
-    W.configure(wire)
+    w = worker_views(wire)
     try:
-        W._HISTORY.clear()
         v = pview(k=3)
-        got = W.make_view(enc.view(v))
+        got = w.make_view(enc.view(v))
         assert got.context_tokens == v.context_tokens and got.completed_output_tokens == v.completed_output_tokens
-        with pytest.raises(AttributeError):
+        with pytest.raises(Died, match="ProgramView.attained_service_s"):
             got.attained_service_s  # noqa: B018
-        assert repr(got) == ("ProgramView(program_id='swe-0001', context_tokens=5000, "
-                             "completed_output_tokens=(100, 100, 100))")
-        s = W.make_signals(enc.signals(sig(), 8.0))
-        assert s._fields == () and len(enc.signals(sig(), 8.0)) == 0
+        with pytest.raises(Died, match="prints a whole ProgramView"):
+            repr(got)
+        s = w.make_signals(enc.signals(sig(), 8.0))
+        assert len(enc.signals(sig(), 8.0)) == 0
+        with pytest.raises(Died, match="Signals.kv_utilization"):
+            s.kv_utilization  # noqa: B018
     finally:
-        W.configure(W.select_fields())
-        W._HISTORY.clear()
+        worker_views()
 
 
 HISTORY_AND_SIGNALS = '''
@@ -83,7 +90,7 @@ def test_selected_fields_make_the_same_decisions_as_in_process():
     log_a: list = []
     simulate("rtx70b_swe10_0.1", decision_log=log_a, scheduling=cls())
     pol = load_sandboxed_policy(HISTORY_AND_SIGNALS, "scheduling")
-    assert pol._worker.enc.wire["view"] == ["program_id", "gap_started_s"]
+    assert pol.sandbox.wire["view"] == ["program_id", "gap_started_s"]
     try:
         log_b: list = []
         simulate("rtx70b_swe10_0.1", decision_log=log_b, scheduling=pol)
@@ -94,7 +101,7 @@ def test_selected_fields_make_the_same_decisions_as_in_process():
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity on this platform")
 def test_session_pins_thread_and_worker_then_restores(tmp_path, monkeypatch):
-    from sandbox import client, cpus
+    from sandbox import cpus, process
     # private lock files: a search running elsewhere on this machine must not hold our CPUs
     monkeypatch.setattr(cpus, "_lock_path", lambda c: str(tmp_path / f"cpu{c}.lock"))
     pol = load_sandboxed_policy("class P(SchedulingPolicy):\n    def priority(self, pcb, now):\n"
@@ -103,12 +110,12 @@ def test_session_pins_thread_and_worker_then_restores(tmp_path, monkeypatch):
     try:
         with pol.simulation_run():
             inside = os.sched_getaffinity(0)
-            if client._getcpu is not None:  # Linux/glibc: the run is pinned
-                assert pol._worker.pinned
-                assert len(inside) == 1 and os.sched_getaffinity(pol._worker.proc.pid) == inside
+            if process.getcpu is not None:  # Linux/glibc: the run is pinned
+                assert pol.sandbox.pinned
+                assert len(inside) == 1 and os.sched_getaffinity(pol.sandbox.pid) == inside
             pol.bind(sig())
             assert pol.priority(pview(k=4), 1.0) == 4
-        assert os.sched_getaffinity(0) == before and not pol._worker.pinned
+        assert os.sched_getaffinity(0) == before and not pol.sandbox.pinned
         simulate("rtx70b_swe10_0.1", scheduling=pol)  # simulate enters simulation_run itself
         assert os.sched_getaffinity(0) == before
     finally:

@@ -1,23 +1,32 @@
-"""The isolated worker and its client: schema, fidelity, isolation layers, lifecycle."""
+"""The isolated worker and its client: one schema, fidelity, layers, lifecycle, deferral.
+
+The kernel layers one syscall at a time are in tests/test_sandbox_kernel.py; the hostile
+corpus in tests/test_sandbox_hostile.py.
+"""
 from __future__ import annotations
 
+import builtins
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
-from sandbox import SandboxViolation
-from sandbox import worker as W
-from sandbox.client import ViewEncoder, WorkerProcess, load_sandboxed_policy
+from sandbox import SandboxUnavailable, SandboxViolation
+from sandbox.client import load_sandboxed_policy
+from sandbox.process import REQUIRED_LAYERS, worker_config
+from sandbox.wire import ViewEncoder, select_fields
+from sandbox.worker import serve as S
+from sandbox.worker import views as W
 from simcore.pcb import (OBSERVABLE_INSTANCE_FIELDS, OBSERVABLE_PCB_FIELDS, OBSERVABLE_SIGNAL_FIELDS, InstanceView,
-                         ProgramView, Signals)
+                         ProgramView, Signals, observation_schema)
 from simcore.policies import base as B
 from simcore.policies.registry import policy_class_from_source
-from tests.test_sandbox_gate import LISTING_2, LISTING_4
+from tests.test_sandbox_gate import LISTING_1, LISTING_2, LISTING_4
 
 # The deployable observation schema (DESIGN §2, "Causal observation boundary"). Adding a
 # field to ProgramView must be a conscious decision: it has to be added here too.
@@ -29,6 +38,7 @@ EXPECTED_PCB_FIELDS = {
 }
 HIDDEN = {"output_tokens", "tool_duration_s", "calls", "program", "remaining_calls", "prompt_tokens",
           "shared_prefix_tokens", "finished_s", "meta"}
+WORKER_DIR = Path(__file__).resolve().parent.parent / "sandbox" / "worker"
 
 COUNTER = '''
 class Counter(SchedulingPolicy):
@@ -56,40 +66,112 @@ def sig(now: float = 8.0) -> Signals:
     return Signals(now, 0.5, (InstanceView(0, 2, 1, 0.5, 1000, True), InstanceView(1, 0, 0, 0.1, 9000, False)))
 
 
-# --------------------------------------------------------------------------- schema
+class Died(Exception):
+    """What the worker's die() does (write a reason and exit), raised instead in this process."""
+
+
+def _die(reason: str) -> None:
+    raise Died(reason)
+
+
+def worker_views(wire: dict | None = None):
+    """sandbox/worker/views.py in this process, prepared as the worker prepares it."""
+    W.prepare(observation_schema(), vars(builtins), _die)
+    W.configure(wire or select_fields())
+    return W
+
+
+# --------------------------------------------------------------------------- one schema
 def test_observation_schema_is_exactly_the_allow_list():
-    assert OBSERVABLE_PCB_FIELDS == EXPECTED_PCB_FIELDS
-    assert set(W.VIEW_FIELDS) == OBSERVABLE_PCB_FIELDS and len(W.VIEW_FIELDS) == len(OBSERVABLE_PCB_FIELDS)
-    assert set(W.INSTANCE_FIELDS) == OBSERVABLE_INSTANCE_FIELDS
-    assert set(W.SIGNAL_FIELDS) == OBSERVABLE_SIGNAL_FIELDS
+    schema = observation_schema()
+    assert OBSERVABLE_PCB_FIELDS == EXPECTED_PCB_FIELDS == set(schema["ProgramView"]["fields"])
+    assert set(schema["InstanceView"]["fields"]) == OBSERVABLE_INSTANCE_FIELDS
+    assert set(schema["Signals"]["fields"]) == OBSERVABLE_SIGNAL_FIELDS
     assert not (HIDDEN & (OBSERVABLE_PCB_FIELDS | OBSERVABLE_INSTANCE_FIELDS | OBSERVABLE_SIGNAL_FIELDS))
+    assert schema["ProgramView"]["members"]["gap_elapsed_s"]["reads"] == ["gap_started_s"]
+    assert schema["InstanceView"]["members"]["inflight"]["reads"] == ["running", "waiting"]
+
+
+def test_the_worker_keeps_no_copy_of_the_schema_or_the_lists():
+    """Field names, the allow-lists and the base classes reach the worker at start-up only."""
+    text = "\n".join(p.read_text() for p in WORKER_DIR.glob("*.py"))
+    for name in EXPECTED_PCB_FIELDS | {"kv_utilization", "holds_program_kv", "heapq", "statistics",
+                                       "SchedulingPolicy", "on_turn_complete"} - {"release_s"}:
+        assert f'"{name}"' not in text and f"'{name}'" not in text, name
 
 
 def test_view_rebuilt_in_worker_equals_the_original():
-    wp = ViewEncoder()
-    W._HISTORY.clear()
+    w = worker_views()
+    enc = ViewEncoder()
     for v in (pview(k=1), pview(k=3), pview(k=2, returned_tool_durations=(9.0, 9.5))):  # last: not an append
-        row = wp.view(v)
-        got = W.make_view(row)
-        for f in W.VIEW_FIELDS:
+        got = w.make_view(enc.view(v))
+        for f in EXPECTED_PCB_FIELDS:
             assert getattr(got, f) == getattr(v, f), f
             assert type(getattr(got, f)) is type(getattr(v, f)), f
         assert got.gap_elapsed_s(9.5) == v.gap_elapsed_s(9.5)
-        with pytest.raises(AttributeError):
-            got.context_tokens = 1  # type: ignore[misc]
-    s = W.make_signals([1.0, 0.5, [list(x) for x in [(0, 2, 1, 0.5, 1000, True)]]])
-    assert s.instances[0].inflight == 3 and s.kv_utilization == 0.5
+        assert repr(got) == repr(v) and hash(got) == hash(v) and got == w.make_view(enc.view(v))
+    s = w.make_signals(enc.signals(sig(), 8.0))
+    assert s.instances[0].inflight == 3 and s.kv_utilization == 0.5 and repr(s) == repr(sig())
 
 
-def test_worker_base_classes_mirror_simcore():
+def test_views_behave_like_the_in_process_dataclasses():
+    """Everything a policy can do with a view gives what simcore's frozen dataclass gives."""
+    import dataclasses
+    w = worker_views()
     v = pview()
-    for wb, sb, calls in ((W.RetentionPolicy, B.RetentionPolicy, [("on_turn_complete", (v, "r", 1.0)),
-                                                                   ("on_turn_arrival", (v, 1.0))]),
-                          (W.SchedulingPolicy, B.SchedulingPolicy, [("priority", (v, 1.0))]),
-                          (W.RoutingPolicy, B.RoutingPolicy, [("select", (v, (), 1.0))])):
-        assert wb.axis == sb.axis and wb.engine_args == sb.engine_args
-        for name, args in calls:
-            assert getattr(wb(), name)(*args) == getattr(sb(), name)(*args)
+    got = w.make_view(ViewEncoder().view(v))
+    for op in (lambda x: x[0], lambda x: list(x), lambda x: len(x), lambda x: 1 in x, lambda x: x < x,
+               lambda x: x + x, lambda x: x * 2, lambda x: 2 * x, lambda x: (1,) + x, lambda x: (1,) < x,
+               lambda x: x >= ("swe-0001",)):
+        for obj in (v, got):
+            with pytest.raises(TypeError):
+                op(obj)
+    for obj in (v, got):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            obj.context_tokens = 1
+        with pytest.raises(AttributeError):
+            obj.count  # noqa: B018 - a tuple method the dataclass does not have
+        assert bool(obj) and obj != tuple(dataclasses.astuple(v))
+        assert dataclasses.is_dataclass(obj)
+        assert [f.name for f in dataclasses.fields(obj)] == [f.name for f in dataclasses.fields(v)]
+    assert dataclasses.asdict(got) == dataclasses.asdict(v)
+    assert dataclasses.replace(got, turn_index=7).turn_index == 7 == dataclasses.replace(v, turn_index=7).turn_index
+    inst = w.make_instances([[0, 2, 1, 0.5, 1000, True]])[0]
+    assert repr(inst) == repr(InstanceView(0, 2, 1, 0.5, 1000, True)) and inst.index == 0
+
+
+def test_a_field_the_source_never_names_ends_the_worker_instead_of_differing():
+    """Only named fields are sent; reading another one, or using a partial view whole, is a
+    reason -- never a silently different value (so the fitness stays the file's)."""
+    import dataclasses
+    wire = select_fields(frozenset({"context_tokens", "completed_output_tokens"}))
+    w = worker_views(wire)
+    try:
+        got = w.make_view(ViewEncoder(wire).view(pview(k=3)))
+        assert got.context_tokens == 5000 and got.completed_output_tokens == (100, 100, 100)
+        for use in (lambda x: x.attained_service_s, repr, hash, lambda x: x == x, dataclasses.asdict,
+                    lambda x: x.gap_elapsed_s(1.0)):
+            with pytest.raises(Died, match=r"field ProgramView\.|whole ProgramView"):
+                use(got)
+        empty = w.empty_signals()  # a source that never reads signals still gets an object
+        assert empty is not None
+        with pytest.raises(Died, match="Signals.now"):
+            empty.now  # noqa: B018
+    finally:
+        worker_views()
+
+
+def test_worker_base_classes_are_simcores_own_source():
+    cfg = worker_config()
+    bases = S.policy_bases(cfg, vars(builtins))
+    v = pview()
+    for axis, cls in B.AXIS_BASES.items():
+        wb = bases[cls.__name__]
+        assert wb.axis == cls.axis and wb.engine_args == cls.engine_args and wb.__module__ == cls.__module__
+        for hook in B.AXIS_HOOKS[axis]:
+            args = {"on_turn_complete": (v, "r", 1.0), "on_turn_arrival": (v, 1.0), "priority": (v, 1.0),
+                    "select": (v, (), 1.0)}[hook]
+            assert getattr(wb(), hook)(*args) == getattr(cls(), hook)(*args)
 
 
 # --------------------------------------------------------------------------- fidelity
@@ -105,8 +187,54 @@ def test_sandboxed_simulation_makes_the_same_decisions(axis: str, src: str):
         rb = simulate("rtx70b_swe10_0.1", decision_log=log_b, **{axis: pol})
     finally:
         pol.close()
-    assert log_a == log_b and len(log_a) > 500
+    assert [tuple(e) for e in log_a] == [tuple(e) for e in log_b] and len(log_a) > 500
     assert ra.summary["mean_jct_s"] == rb.summary["mean_jct_s"]
+
+
+def test_every_hook_is_answered_by_the_worker():
+    """Nothing is answered on the candidate's behalf: even a hook whose text is `return
+    "release"` (Listing 1's on_turn_arrival) runs in the worker, once per decision."""
+    from simcore.sim import simulate
+    for src in (LISTING_1, LISTING_2):
+        pol = load_sandboxed_policy(src, "retention")
+        try:
+            log: list = []
+            simulate("rtx70b_swe10_0.1", decision_log=log, retention=pol)
+            assert pol.sandbox.calls == sum(1 for e in log if e[1] == "retention") > 400
+        finally:
+            pol.close()
+
+
+CLASS_CHANGED_AFTER_BODY = '''
+class P(SchedulingPolicy):
+    engine_args = {"scheduling_policy": "priority"}
+
+    def priority(self, pcb, now):
+        return 0
+
+
+def newest_first(self, pcb, now):
+    return -int(pcb.arrival_s * 1000)
+
+
+# the method is replaced after the class body ran, under a name built at run time
+P.__class__.__setattr__(P, "pri" + "ority", newest_first)
+'''
+
+
+def test_a_class_changed_after_its_body_scores_what_trusted_scores():
+    """Evaluated = defined: the sandbox runs what the file does, not what its text suggests."""
+    from simcore.sim import simulate
+    cls = policy_class_from_source(CLASS_CHANGED_AFTER_BODY, "scheduling")
+    trusted = simulate("rtx70b_swe_0.1", scheduling=cls())
+    fcfs_like = simulate("rtx70b_swe_0.1", scheduling="fcfs")
+    pol = load_sandboxed_policy(CLASS_CHANGED_AFTER_BODY, "scheduling", gate=False)  # dunders: gate off
+    try:
+        boxed = simulate("rtx70b_swe_0.1", scheduling=pol)
+    finally:
+        pol.close()
+    assert boxed.summary["mean_jct_s"] == trusted.summary["mean_jct_s"]
+    assert trusted.summary["mean_jct_s"] != fcfs_like.summary["mean_jct_s"]
 
 
 def test_routing_proxy_and_engine_args():
@@ -164,17 +292,12 @@ def test_worker_holds_no_simulator_modules():
     src = textwrap.dedent('''
     class P(SchedulingPolicy):
         def priority(self, pcb, now):
-            try:
-                raise ValueError("x")
-            except ValueError as e:
-                f = e.__traceback__.tb_frame
-            while "sys" not in f.f_globals:
-                f = f.f_back
-            names = list(f.f_globals["sys"].modules)
+            g = min.__self__.__dict__["__import__"]("sys")
+            names = list(g.modules)
             bad = [n for n in names if n.split(".")[0] in ("simcore", "sandbox", "numpy", "pandas", "configs")]
             return len(bad) * 1000 + min(len(names), 999)
     ''')
-    pol = load_sandboxed_policy(src, "scheduling", gate=False)
+    pol = load_sandboxed_policy(src, "scheduling", gate=False, audit=False)  # the tripwire would stop the import
     try:
         pol.bind(sig())
         v = pol.priority(pview(), 8.0)
@@ -183,18 +306,62 @@ def test_worker_holds_no_simulator_modules():
     assert v < 1000, "simulator/trace modules are loaded in the worker"
 
 
-# --------------------------------------------------------------------------- isolation
-def test_isolation_layers_reported():
+# --------------------------------------------------------------------------- layers
+def test_every_layer_is_on_here_and_reported_before_the_candidate_runs():
     pol = load_sandboxed_policy(LISTING_4, "scheduling")
     try:
         layers = pol.sandbox_layers
     finally:
         pol.close()
-    assert set(layers) >= {"drop_root", "netns", "rlimits", "pdeathsig", "seccomp", "audit_tripwire"}
-    assert all(v == "on" or v.startswith("off") for v in layers.values())
-    assert layers["rlimits"] == "on" and layers["pdeathsig"] == "on" and layers["audit_tripwire"] == "on"
+    assert set(layers) == set(REQUIRED_LAYERS)
     if sys.platform == "linux" and os.uname().machine in ("x86_64", "aarch64"):
-        assert layers["seccomp"] == "on"
+        assert all(v.startswith("on") for v in layers.values()), layers
+
+
+def test_a_forged_layer_report_is_caught_from_outside(monkeypatch):
+    """The parent checks what /proc shows; a layer reported on but absent is off."""
+    from sandbox import process
+    real = process.verify_layers
+
+    def claim_more(pid, layers):
+        out = real(pid, layers)
+        assert all(v.startswith("on") for v in out.values())  # the honest report holds up
+        with open(f"/proc/{pid}/status") as fh:
+            assert "Seccomp:\t2" in fh.read()
+        return out
+    monkeypatch.setattr(process, "verify_layers", claim_more)
+    load_sandboxed_policy(LISTING_4, "scheduling").close()
+    me = os.getpid()  # this process has no seccomp filter and all its namespaces: every check fails
+    got = real(me, {k: "on" for k in REQUIRED_LAYERS})
+    for k in ("seccomp", "no_new_privs", "pidns", "netns", "ipcns", "mntns", "utsns", "userns", "fs_root",
+              "rlimits"):
+        assert got[k].startswith("off: reported on, but"), (k, got[k])
+
+
+@pytest.mark.parametrize("layer", ["userns", "netns", "pidns", "landlock", "seccomp", "fs_root"])
+def test_a_missing_layer_refuses_to_start_unless_weak_sandboxes_are_allowed(layer: str):
+    """No silent degradation: a layer made unavailable on purpose stops the worker before the
+    source is sent; --allow-weak-sandbox runs it, and the report says what is off."""
+    with pytest.raises(SandboxUnavailable, match=rf"{layer} \(unavailable \(simulated.*--allow-weak-sandbox"):
+        load_sandboxed_policy(LISTING_4, "scheduling", simulate_unavailable=(layer,))
+    pol = load_sandboxed_policy(LISTING_4, "scheduling", simulate_unavailable=(layer,), allow_weak_sandbox=True)
+    try:
+        assert pol.sandbox_layers[layer].startswith("off: unavailable")
+        pol.bind(sig())
+        assert isinstance(pol.priority(pview(), 8.0), int)
+    finally:
+        pol.close()
+
+
+def test_without_a_user_namespace_none_of_the_namespaces_exist():
+    pol = load_sandboxed_policy(LISTING_4, "scheduling", simulate_unavailable=("userns",), allow_weak_sandbox=True)
+    try:
+        off = {k for k, v in pol.sandbox_layers.items() if not v.startswith("on")}
+    finally:
+        pol.close()
+    if os.geteuid() == 0:  # nobody cannot unshare the others without a user namespace
+        assert {"userns", "pidns", "ipcns", "utsns", "netns", "mntns", "fs_root"} <= off
+    assert "seccomp" not in off and "landlock" not in off
 
 
 def test_violation_stops_the_worker_for_good():
@@ -206,7 +373,7 @@ def test_violation_stops_the_worker_for_good():
             pol.priority(pview(), 8.0)
         with pytest.raises(SandboxViolation, match="stopped"):
             pol.priority(pview(), 8.0)
-        assert pol._worker.proc.wait(timeout=5) is not None
+        assert pol.sandbox.proc.wait(timeout=5) is not None
     finally:
         pol.close()
 
@@ -220,9 +387,29 @@ def test_deadline_kills_the_process_group_quickly():
         with pytest.raises(SandboxViolation, match="deadline of 0.3 s exceeded while priority"):
             pol.priority(pview(), 8.0)
         assert time.monotonic() - t < 3.0
-        assert pol._worker.proc.wait(timeout=5) == -signal.SIGKILL
+        assert pol.sandbox.proc.wait(timeout=5) == -signal.SIGKILL
+        assert not pol.sandbox.alive
     finally:
         pol.close()
+
+
+def test_cpu_budget_is_enforced_by_the_kernel():
+    src = "class P(SchedulingPolicy):\n    def priority(self, pcb, now):\n        while True:\n            pass\n"
+    pol = load_sandboxed_policy(src, "scheduling", decision_timeout_s=30.0, cpu_budget_s=1.0)
+    try:
+        pol.bind(sig())
+        with pytest.raises(SandboxViolation, match="exceeded its CPU budget of 1 s while priority"):
+            pol.priority(pview(), 8.0)
+    finally:
+        pol.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_worker_dies_with_its_parent(tmp_path):
@@ -232,27 +419,20 @@ def test_worker_dies_with_its_parent(tmp_path):
         sys.path.insert(0, {os.getcwd()!r})
         from sandbox.client import load_sandboxed_policy
         pol = load_sandboxed_policy({LISTING_4!r}, "scheduling")
-        print(pol._worker.proc.pid, flush=True)
+        print(pol.sandbox.pid, pol.sandbox.keeper_pid, flush=True)
         time.sleep(60)
     '''))
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
-        pid = int(parent.stdout.readline())
-        os.kill(pid, 0)  # alive
+        pids = [int(x) for x in parent.stdout.readline().split()]
+        assert all(_alive(p) for p in pids)
         parent.kill()    # SIGKILL: no atexit, no finalizers; only PDEATHSIG can stop the worker
         parent.wait(timeout=10)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            try:
-                with open(f"/proc/{pid}/stat") as fh:
-                    state = fh.read().rsplit(")", 1)[1].split()[0]
-                if state == "Z":
-                    break
-            except FileNotFoundError:
-                break
+        while any(_alive(p) for p in pids):
+            if time.monotonic() > deadline:
+                pytest.fail("the worker outlived its parent")
             time.sleep(0.05)
-        else:
-            pytest.fail("the worker outlived its parent")
     finally:
         parent.kill()
 
@@ -260,33 +440,14 @@ def test_worker_dies_with_its_parent(tmp_path):
 def test_close_and_garbage_collection_kill_the_worker():
     import gc
     pol = load_sandboxed_policy(LISTING_4, "scheduling")
-    proc = pol._worker.proc
+    worker, proc = pol.sandbox.pid, pol.sandbox.proc
     del pol
     gc.collect()
     assert proc.wait(timeout=5) is not None
-
-
-def test_constant_hooks_skip_the_round_trip_but_not_the_rules():
-    from simcore.sim import simulate
-    from tests.test_sandbox_gate import LISTING_1
-    cls = policy_class_from_source(LISTING_1, "retention")
-    log_a: list = []
-    simulate("rtx70b_swe10_0.1", decision_log=log_a, retention=cls())
-    pol = load_sandboxed_policy(LISTING_1, "retention")
-    try:
-        log_b: list = []
-        simulate("rtx70b_swe10_0.1", decision_log=log_b, retention=pol)
-        assert log_a == log_b
-        assert pol._worker.calls == sum(1 for e in log_a if e[2] == "on_turn_complete")
-    finally:
-        pol.close()
-    bad = "class P(SchedulingPolicy):\n    def priority(self, pcb, now):\n        return 'soon'\n"
-    pol = load_sandboxed_policy(bad, "scheduling")
-    try:
-        with pytest.raises(SandboxViolation, match="priority must be an int"):
-            pol.priority(pview(), 1.0)
-    finally:
-        pol.close()
+    deadline = time.monotonic() + 5
+    while _alive(worker):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
 
 
 def test_decisions_are_deterministic_across_workers():
@@ -326,93 +487,6 @@ def test_numpy_scalars_arrive_as_plain_numbers():
         assert pol.priority(v, np.float64(8.0)) == 5001
     finally:
         pol.close()
-
-
-# --------------------------------------------------------------------------- each kernel layer
-# With the gate skipped and the audit tripwire off, a subclass walk reaches the worker's
-# own `os`; these probes show which layer stops what, one layer removed at a time.
-_OS = '''
-def _os():
-    for c in ().__class__.__base__.__subclasses__():
-        if c.__name__ == "_wrap_close":
-            return c.__init__.__globals__
-'''
-
-
-def probe(body: str, **kw) -> int:
-    src = _OS + "\n\nclass P(SchedulingPolicy):\n    def priority(self, pcb, now):\n        os = _os()\n" + \
-        textwrap.indent(textwrap.dedent(body), " " * 8)
-    pol = load_sandboxed_policy(src, "scheduling", gate=False, audit=False, **kw)
-    try:
-        pol.bind(sig())
-        return pol.priority(pview(), 8.0)
-    finally:
-        pol.close()
-
-
-needs_linux = pytest.mark.skipif(sys.platform != "linux", reason="Linux kernel layers")
-
-
-@needs_linux
-def test_seccomp_is_what_refuses_open():
-    body = '''
-    try:
-        os["close"](os["open"]("/proc/self/stat", os["O_RDONLY"]))
-        return 1
-    except Exception as e:
-        return 100 + e.errno
-    '''
-    assert probe(body) == 101             # EPERM from the seccomp filter
-    assert probe(body, seccomp=False) == 1
-
-
-@needs_linux
-def test_rlimits_refuse_processes_and_file_writes():
-    fork = '''
-    try:
-        pid = os["fork"]()
-        if pid == 0:
-            os["_exit"](0)
-        return 1
-    except Exception as e:
-        return 100 + e.errno
-    '''
-    assert probe(fork, seccomp=False) == 111  # EAGAIN: RLIMIT_NPROC=0 alone stops fork
-    assert probe(fork) == 101                 # EPERM: and seccomp before it
-    import shutil
-    import tempfile
-    from pathlib import Path
-    d = Path(tempfile.mkdtemp(dir="/tmp"))  # reachable by the worker's user (nobody)
-    d.chmod(0o777)
-    write = f'''
-    fd = os["open"]("{d}/f", os["O_WRONLY"] | os["O_CREAT"], 0o666)
-    os["write"](fd, b"data")
-    return 1
-    '''
-    try:
-        # RLIMIT_FSIZE=0 (Python ignores SIGXFSZ, so the write fails with EFBIG)
-        with pytest.raises(SandboxViolation, match="File too large"):
-            probe(write, seccomp=False)
-        assert all(p.stat().st_size == 0 for p in d.iterdir())
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-@needs_linux
-def test_network_namespace_has_no_network():
-    """The worker's network namespace has no interface but a loopback that is down."""
-    body = '''
-    fd = os["open"]("/proc/self/net/dev", os["O_RDONLY"])
-    text = os["read"](fd, 65536).decode()
-    names = [line.split(":")[0].strip() for line in text.splitlines()[2:]]
-    return len([n for n in names if n != "lo"])
-    '''
-    pol = load_sandboxed_policy(LISTING_4, "scheduling")
-    netns = pol.sandbox_layers["netns"]
-    pol.close()
-    if netns != "on":
-        pytest.skip(f"network namespace not available here: {netns}")
-    assert probe(body, seccomp=False) == 0   # (seccomp off only so that the probe may open the file)
 
 
 def test_allowed_modules_work_inside_hooks():
@@ -472,89 +546,31 @@ def test_allowed_modules_work_inside_hooks():
         got = [pol.priority(pview(k=k), 8.0) for k in (1, 2, 3)]
     finally:
         pol.close()
-    # reference: the same source in-process (dont_inherit: this test module's
-    # `from __future__ import annotations` must not turn the dataclass annotations into strings)
-    import math
-    import types
-    mod = types.ModuleType("reference_policy")
-    mod.__dict__.update(SchedulingPolicy=B.SchedulingPolicy, math=math)
-    exec(compile(src, "<reference>", "exec", dont_inherit=True), mod.__dict__)  # noqa: S102 - test source
-    ref = mod.P()
+    ref = policy_class_from_source(src, "scheduling")()
     ref.bind(sig())
     assert got == [ref.priority(pview(k=k), 8.0) for k in (1, 2, 3)]
 
 
-# --------------------------------------------------------------------------- posted calls
-def test_pipelined_arrivals_keep_decisions_and_catch_failures():
-    from simcore.sim import simulate
-    pol = load_sandboxed_policy(LISTING_2, "retention")
+def test_the_functional_enum_api_is_refused_in_the_worker():
+    """Enum("E", names) builds attributes from run-time names; the gate cannot see it."""
+    src = "import enum\nE = enum.Enum('E', 'a b')\nclass P(SchedulingPolicy):\n    pass\n"
+    with pytest.raises(SandboxViolation, match="functional Enum API"):
+        load_sandboxed_policy(src, "scheduling")
+
+
+def test_candidate_text_comes_back_inert():
+    """ANSI/OSC sequences and Rich markup in a candidate's exception never reach a terminal raw."""
+    src = ("class P(SchedulingPolicy):\n    def priority(self, pcb, now):\n"
+           "        raise ValueError('\\x1b[2K\\rverdict: [bold green]ADMISSIBLE[/]\\x07')\n")
+    pol = load_sandboxed_policy(src, "scheduling")
     try:
-        assert pol._post == {"on_turn_arrival": "release"}
-        log: list = []
-        simulate("rtx70b_swe10_0.1", decision_log=log, retention=pol)
-        pol.flush()
-        assert not pol._worker._outbox
-        assert pol._worker.calls == sum(1 for e in log if e[1] == "retention")  # all ran in the worker
+        with pytest.raises(SandboxViolation) as ei:
+            pol.priority(pview(), 1.0)
     finally:
         pol.close()
-    # an error inside a posted hook surfaces at the next call, with its own reason
-    src = textwrap.dedent('''
-    class P(RetentionPolicy):
-        def __init__(self):
-            self.n = 0
-
-        def on_turn_complete(self, pcb, request_id, now):
-            return ("protect", now + 1.0)
-
-        def on_turn_arrival(self, pcb, now):
-            self.n += 1
-            if self.n == 2:
-                raise ValueError("second arrival")
-            return "release"
-    ''')
-    pol = load_sandboxed_policy(src, "retention")
-    try:
-        pol.bind(sig())
-        # the proxy hands back the parsed decision (parse_retention passes it through)
-        assert pol.on_turn_arrival(pview(), 1.0) == B.parse_retention("release")
-        assert pol.on_turn_arrival(pview(), 2.0).kind == "release"   # answered before it ran
-        with pytest.raises(SandboxViolation, match="on_turn_arrival raised ValueError: second arrival"):
-            pol.on_turn_complete(pview(), "r", 3.0)
-    finally:
-        pol.close()
-    # a worker answering something else than its code can return is caught too
-    pol = load_sandboxed_policy(LISTING_2, "retention")
-    try:
-        pol._post = {"on_turn_arrival": "evict"}
-        pol.bind(sig())
-        pol.on_turn_arrival(pview(), 1.0)
-        with pytest.raises(SandboxViolation, match="can only return 'evict'"):
-            pol.flush()
-    finally:
-        pol.close()
-
-
-def test_pipelined_hook_still_has_a_deadline():
-    src = textwrap.dedent('''
-    class P(RetentionPolicy):
-        def on_turn_complete(self, pcb, request_id, now):
-            return "release" if now > 0 else "evict"
-
-        def on_turn_arrival(self, pcb, now):
-            while now > 0:
-                now += 1
-            return "release"
-    ''')
-    pol = load_sandboxed_policy(src, "retention", decision_timeout_s=0.3)
-    try:
-        pol.bind(sig())
-        pol.on_turn_arrival(pview(), 1.0)
-        t = time.monotonic()
-        with pytest.raises(SandboxViolation, match="deadline"):
-            pol.on_turn_complete(pview(), "r", 2.0)
-        assert time.monotonic() - t < 3.0
-    finally:
-        pol.close()
+    msg = str(ei.value)
+    assert "\x1b" not in msg and "\r" not in msg and "\x07" not in msg and "[bold" not in msg
+    assert "\\x1b[2K\\x0dverdict: [ bold green]ADMISSIBLE[ /]\\x07" in msg
 
 
 # --------------------------------------------------------------------------- deferred priorities
@@ -571,8 +587,8 @@ def test_deferred_priorities_decide_as_in_process_with_fewer_round_trips():
             log: list = []
             simulate("rtx70b_swe10_0.1", decision_log=log, scheduling=pol)
             assert log == want
-            assert pol._worker.calls == sum(1 for e in want if e[1] == "scheduling")
-            frames[defer] = pol._worker.frames
+            assert pol.sandbox.calls == sum(1 for e in want if e[1] == "scheduling")
+            frames[defer] = pol.sandbox.frames
         finally:
             pol.close()
     calls = sum(1 for e in want if e[1] == "scheduling")
@@ -615,22 +631,6 @@ def test_deferred_priority_failures_and_deadlines_name_the_hook():
         pol.close()
 
 
-def test_views_behave_like_the_in_process_dataclasses():
-    """A view must not offer what simcore's ProgramView lacks (indexing, iteration, len)."""
-    W._HISTORY.clear()
-    wp = ViewEncoder()
-    v = pview()
-    got = W.make_view(wp.view(v))
-    for op in (lambda x: x[0], lambda x: list(x), lambda x: len(x)):
-        with pytest.raises(TypeError):
-            op(v)
-        with pytest.raises(TypeError):
-            op(got)
-    assert repr(got) == repr(v)
-    inst = W.make_instances([[0, 2, 1, 0.5, 1000, True]])[0]
-    assert repr(inst) == repr(InstanceView(0, 2, 1, 0.5, 1000, True))
-
-
 def test_large_deferred_batches_cross_the_pipe_whole():
     """FCFS defers every priority, so frames carry up to 256 calls with every field (the
     policy prints whole views); with the pipe shrunk to one page, writes and reads come in
@@ -648,20 +648,47 @@ def test_large_deferred_batches_cross_the_pipe_whole():
     want: list = []
     simulate("rtx70b_swe_0.1", decision_log=want, scheduling=cls())
     pol = load_sandboxed_policy(src, "scheduling")
-    w = pol._worker
+    w = pol.sandbox
     try:
-        fcntl.fcntl(w._out, 1031, 4096)  # F_SETPIPE_SZ
-    except OSError:
-        pol.close()
-        pytest.skip("cannot resize pipes here")
-    sent = []
-    real_send = w._send
-    w._send = lambda msg, *a: (sent.append(len(msg)), real_send(msg, *a))[1]
-    try:
+        fd = w.proc.stdin.fileno()
+        try:
+            fcntl.fcntl(fd, 1031, 4096)  # F_SETPIPE_SZ
+        except OSError:
+            pytest.skip("cannot resize pipes here")
+        assert fcntl.fcntl(fd, 1032) == 4096  # F_GETPIPE_SZ
         log: list = []
         simulate("rtx70b_swe_0.1", decision_log=log, scheduling=pol)
         assert log == want
         assert w.frames <= 8  # 1,705 calls in batches of at most 256
-        assert sent  # frames larger than the pipe: finished by _send after a partial write
+        assert w.calls / w.frames > 20  # > 20 calls of > 200 bytes each: every frame outgrew the pipe
+    finally:
+        pol.close()
+
+
+# --------------------------------------------------------------------------- deadlines under load
+def test_a_starved_worker_is_not_stopped_for_the_machines_load():
+    """The decision deadline counts the worker's CPU, not the wall clock: a worker that gets
+    no CPU (stopped here with SIGSTOP, as a loaded machine would starve it) still answers."""
+    import threading
+    pol = load_sandboxed_policy(COUNTER, "scheduling", decision_timeout_s=0.3)
+    try:
+        pid = pol.sandbox.pid
+        os.kill(pid, signal.SIGSTOP)
+        threading.Timer(1.0, os.kill, (pid, signal.SIGCONT)).start()  # 3x the deadline, no CPU used
+        t = time.monotonic()
+        assert pol.priority(pview(k=1), 1.0) == 11
+        assert time.monotonic() - t >= 0.9
+    finally:
+        pol.close()
+
+
+def test_a_worker_that_neither_computes_nor_answers_is_stopped_at_the_wall_cap():
+    pol = load_sandboxed_policy(COUNTER, "scheduling", decision_timeout_s=0.2)
+    try:
+        os.kill(pol.sandbox.pid, signal.SIGSTOP)
+        t = time.monotonic()
+        with pytest.raises(SandboxViolation, match="decision deadline of 0.2 s exceeded while priority"):
+            pol.priority(pview(), 1.0)
+        assert 2.0 <= time.monotonic() - t < 6.0  # the cap: 10x the deadline, at least 2 s more
     finally:
         pol.close()

@@ -11,6 +11,7 @@ from typing import Any, Iterator
 
 import yaml
 
+from simcore.textio import json_problem, lines
 from simcore.workload import WorkloadError
 
 
@@ -27,20 +28,14 @@ def check_file(path: Path) -> None:
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield (line number, object) for each non-blank line; a bad line raises with its number."""
-    check_file(path)
-    with path.open("r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise fail(path, lineno, f"malformed or truncated JSON ({e.msg} at column {e.colno})") from None
-            except UnicodeDecodeError:
-                raise fail(path, lineno, "not UTF-8 text") from None
-            if not isinstance(obj, dict):
-                raise fail(path, lineno, f"expected a JSON object, got {type(obj).__name__}")
-            yield lineno, obj
+    for lineno, line in lines(path, WorkloadError):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise fail(path, lineno, json_problem(e)) from None
+        if not isinstance(obj, dict):
+            raise fail(path, lineno, f"expected a JSON object, got {type(obj).__name__}")
+        yield lineno, obj
 
 
 def req(obj: dict, key: str, kind: type | tuple[type, ...], path: Path, line: int | None) -> Any:

@@ -26,12 +26,14 @@ tool_wait_after_ms):
 from __future__ import annotations
 
 import csv
+import io
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from simcore.importers._common import check_file, fail, parse_time, read_jsonl, req, req_count
-from simcore.workload import Call, Program
+from simcore.textio import read_text
+from simcore.workload import Call, Program, WorkloadError
 
 _INPUT_EVENTS = {"user_message", "tool_result"}
 _CSV_COLUMNS = ("session_id", "round_idx", "prefix_len", "input_len", "output_len", "tool_wait_after_ms")
@@ -125,7 +127,7 @@ def _load_csv(path: Path) -> list[Program]:
     check_file(path)
     sessions: dict[str, list[tuple[int, int, dict]]] = defaultdict(list)
     arrivals: dict[str, float] = {}
-    with path.open("r", encoding="utf-8", newline="") as fh:
+    with io.StringIO(read_text(path, WorkloadError), newline="") as fh:
         reader = csv.DictReader(fh)
         header = reader.fieldnames or []
         missing = [c for c in _CSV_COLUMNS if c not in header]

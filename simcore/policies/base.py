@@ -32,7 +32,13 @@ from ..pcb import InstanceView, ProgramView, Signals
 
 __all__ = ["RetentionPolicy", "SchedulingPolicy", "RoutingPolicy", "RetentionDecision",
            "PolicyError", "parse_retention", "parse_priority", "parse_instance",
-           "ProgramView", "Signals", "InstanceView"]
+           "ProgramView", "Signals", "InstanceView", "AXES", "AXIS_BASES", "AXIS_HOOKS"]
+
+#: The policy axes, defined once (the CLI, the gate, the sandbox and the search use these).
+AXES: tuple[str, ...] = ("retention", "scheduling", "routing")
+#: The hooks each axis's engine calls.
+AXIS_HOOKS: dict[str, tuple[str, ...]] = {"retention": ("on_turn_complete", "on_turn_arrival"),
+                                         "scheduling": ("priority",), "routing": ("select",)}
 
 # vLLM carries priority as a Python int; clamp to a range both sides can hold.
 PRIORITY_MIN = -(2**62)
@@ -80,6 +86,11 @@ class RoutingPolicy(_Policy):
 
     def select(self, pcb: ProgramView, inflight: tuple[InstanceView, ...], now: float) -> int:
         return 0
+
+
+#: axis -> its base class (the name a policy file subclasses)
+AXIS_BASES: dict[str, type] = {"retention": RetentionPolicy, "scheduling": SchedulingPolicy,
+                               "routing": RoutingPolicy}
 
 
 @dataclass(frozen=True, slots=True)

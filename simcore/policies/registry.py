@@ -11,10 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from . import retention, routing, scheduling
-from .base import PolicyError, RetentionPolicy, RoutingPolicy, SchedulingPolicy
+from .base import AXES, AXIS_BASES, PolicyError, RetentionPolicy, RoutingPolicy, SchedulingPolicy
 
-AXES = ("retention", "scheduling", "routing")
-BASES: dict[str, type] = {"retention": RetentionPolicy, "scheduling": SchedulingPolicy, "routing": RoutingPolicy}
+__all__ = ["AXES", "BASES", "SHIPPED", "CANDIDATE_MODULE", "policy_names", "policy_namespace",
+           "policy_class_from_source", "load_policy"]
+
+BASES: dict[str, type] = AXIS_BASES
+# The module name a policy file executes as (in-process here, and in the sandbox worker).
+CANDIDATE_MODULE = "agentservesim_policy"
 SHIPPED: dict[str, dict[str, type]] = {"retention": retention.SHIPPED, "scheduling": scheduling.SHIPPED,
                                        "routing": routing.SHIPPED}
 
@@ -32,7 +36,7 @@ def policy_namespace() -> dict[str, Any]:
 def policy_class_from_source(source: str, axis: str, filename: str = "<policy>") -> type:
     """Execute policy source in a fresh module and return its one policy class for `axis`."""
     base = BASES[axis]
-    mod = types.ModuleType("agentservesim_policy")
+    mod = types.ModuleType(CANDIDATE_MODULE)
     mod.__dict__.update(policy_namespace())
     try:
         code = compile(source, filename, "exec", dont_inherit=True)  # not this module's __future__ flags
@@ -67,7 +71,13 @@ def load_policy(axis: str, spec: Any) -> Any:
         if p.suffix == ".py" or p.exists():
             if not p.is_file():
                 raise PolicyError(f"{p}: policy file not found")
-            cls = policy_class_from_source(p.read_text(encoding="utf-8"), axis, str(p))
+            try:
+                text = p.read_text(encoding="utf-8")
+            except UnicodeDecodeError as e:
+                raise PolicyError(f"{p}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+            except OSError as e:
+                raise PolicyError(f"{p}: cannot read: {e.strerror}") from None
+            cls = policy_class_from_source(text, axis, str(p))
             try:
                 return cls()
             except Exception as e:  # noqa: BLE001

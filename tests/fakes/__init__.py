@@ -9,5 +9,4 @@ FAKESIM = str(Path(__file__).resolve().parent / "fakesim.py") + ":simulate"
 def ensure_ray(workers: int = 2) -> None:
     """One local Ray per test process, shared by the tests that need it (start-up is ~5 s)."""
     from evaluator import raypool
-    raypool.connect(None, workers)
-    raypool._started_here = False   # searches run by tests must not shut the shared Ray down
+    raypool.connect(None, workers, shared=True)   # searches run by tests must not shut it down

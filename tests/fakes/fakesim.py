@@ -88,5 +88,8 @@ def simulate(cell: Any, programs: Any = None, retention: Any = None, scheduling:
         t += sizes[i]
         jct[i] = t
     mean = sum(jct) / len(jct)
+    # which fixed policies of the other axes reached the simulator (`--with`)
+    others = ",".join(f"{k}={v if isinstance(v, str) else type(v).__name__}"
+                      for k, v in (("retention", retention), ("routing", routing)) if v is not None)
     return FakeResult(jct, {"mean_jct_s": mean, "p99_jct_s": max(jct), "programs": N_PROGRAMS,
-                            "calls": N_PROGRAMS, "makespan_s": t, "wall_s": 0.0})
+                            "calls": N_PROGRAMS, "makespan_s": t, "wall_s": 0.0, "fixed": others})

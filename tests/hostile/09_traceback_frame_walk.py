@@ -1,7 +1,7 @@
 # hostile: walk tb_frame/f_back to the worker's globals and use its os
 # axis: scheduling
 # gate: reject dunder
-# worker: violation blocked operation: os.system
+# worker: violation blocked operation: object.__getattr__ tb_frame
 # worker-noaudit: contained
 class P(SchedulingPolicy):
     def priority(self, pcb, now):

@@ -1,7 +1,7 @@
 # hostile: generator gi_frame / f_back walk (no dunder)
 # axis: scheduling
 # gate: reject attribute '.gi_frame'
-# worker: violation AttributeError
+# worker: violation blocked operation: object.__getattr__ gi_frame
 # worker-noaudit: contained
 class P(SchedulingPolicy):
     def priority(self, pcb, now):

@@ -1,7 +1,7 @@
 # hostile: str.format traversal without dunder text (gi_frame)
 # axis: scheduling
 # gate: reject attribute '.format'
-# worker: ok
+# worker: violation blocked operation: object.__getattr__ gi_frame
 # worker-noaudit: contained
 class P(SchedulingPolicy):
     def priority(self, pcb, now):

@@ -1,7 +1,7 @@
 # hostile: start threads through the worker's _thread module
 # axis: scheduling
 # gate: reject dunder
-# worker: violation can't start new thread
+# worker: violation blocked operation: object.__getattr__ tb_frame
 # worker-noaudit: contained
 class P(SchedulingPolicy):
     def priority(self, pcb, now):

@@ -1,7 +1,7 @@
-# hostile: two policy classes in one file
+# hostile: two policy classes in one file (the worker picks the last, as in-process)
 # axis: scheduling
 # gate: reject exactly one
-# worker: violation exactly one
+# worker: ok
 # worker-noaudit: contained
 class A(SchedulingPolicy):
     def priority(self, pcb, now):

@@ -1,7 +1,7 @@
 # hostile: a routing class submitted as a scheduling policy
 # axis: scheduling
 # gate: reject axis
-# worker: violation exactly one
+# worker: violation defines no subclass of SchedulingPolicy
 # worker-noaudit: contained
 class P(RoutingPolicy):
     def select(self, pcb, inflight, now):

@@ -1,7 +1,7 @@
 # hostile: mutate the observation to poison later decisions
 # axis: scheduling
 # gate: pass
-# worker: violation AttributeError
+# worker: violation FrozenInstanceError
 # worker-noaudit: contained
 class P(SchedulingPolicy):
     def priority(self, pcb, now):
