@@ -6,6 +6,7 @@
     evolve workload generate | import | stats           workloads (simcore/workload_cli.py)
     evolve check FILE --axis A                          admission of a policy file (sandbox/check.py)
     evolve runs | leaderboard | show | plot | export    search runs (search/runs_cli.py)
+    evolve replay | profile | validate                  a real server against the simulator (search/live/)
 
 Every command is imported here directly: lower layers never reach up for one. Errors a
 user can fix (`simcore.errors.UserError` and its subclasses in every layer) print as one
@@ -30,6 +31,7 @@ from simcore.display import strip_control
 from simcore.errors import UserError
 
 from . import run_cli, runs_cli
+from .live import cli as live_cli
 
 DEBUG_ENV = "AGENTSERVESIM_DEBUG"
 
@@ -48,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     check_cli.register(sub)
     run_cli.register(sub)
     runs_cli.register(sub)
+    live_cli.register(sub)
     return p
 
 

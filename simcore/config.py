@@ -123,6 +123,8 @@ class Cell(_Strict):
     engine: EngineArgs = EngineArgs()
     policies: PolicyNames = PolicyNames()
     seed: int = 0
+    # A measured profile directory (`evolve profile`); when set, it times the engine's steps.
+    profile: str | None = None
 
 
 def _data_root() -> Path:
@@ -221,6 +223,8 @@ def cell_catalog(root: str | None = None) -> dict[str, Cell]:
                 raise ConfigError(f"{path}: families.{fam}.model: unknown '{model_key}' (known: {', '.join(models)})")
             hw, model = hws[hw_key], models[model_key]
             tp = int(spec.get("tp", 1))
+            if spec.get("profile"):   # a measured profile: relative to this file; its KV pool by default
+                spec["profile"] = _measured_profile(path, fam, base, str(spec["profile"]), spec)
             spec.setdefault("kv_pool_tokens", default_kv_pool_tokens(hw, model, tp, util))
             wl = spec.get("workload") or {}
             if isinstance(wl, dict) and wl.get("kind") == "file" and wl.get("path"):
@@ -233,6 +237,19 @@ def cell_catalog(root: str | None = None) -> dict[str, Cell]:
             except ValidationError as e:
                 raise ConfigError(_pydantic_msg(path, f"families.{fam}", e)) from None
     return cells
+
+
+def _measured_profile(path: Path, fam: str, base: Path, folder: str, spec: dict) -> str:
+    from .perf_measured import MeasuredProfileError, read_meta
+    p = Path(folder).expanduser()
+    p = (p if p.is_absolute() else base / p).resolve()
+    try:
+        meta = read_meta(p)
+    except MeasuredProfileError as e:
+        raise ConfigError(f"{path}: families.{fam}.profile: {e}") from None
+    if "kv_pool_tokens" not in spec and isinstance(meta.get("kv_pool_tokens"), int) and meta["kv_pool_tokens"] > 0:
+        spec["kv_pool_tokens"] = meta["kv_pool_tokens"]
+    return str(p)
 
 
 def get_cell(name: str) -> Cell:

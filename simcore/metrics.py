@@ -169,3 +169,44 @@ def collect(cell: Cell, pcbs: Sequence[PCB], recorder: MetricsRecorder, policies
     }
     return SimResult(cell=cell.name, policies=policies, seed=seed, programs=programs, calls=calls,
                      kv_timeline=timelines, summary=summary)
+
+
+# -- the same figures from the written frames (used for runs measured outside the engine,
+#    e.g. `evolve replay` against a real server; tests check they agree with collect()) --------
+
+def add_call_latencies(calls: pd.DataFrame) -> pd.DataFrame:
+    """queueing_s, ttft_s, e2e_s, tpot_s from a calls frame's timestamps, as collect() defines them."""
+    calls = calls.copy()
+    calls["queueing_s"] = calls["first_scheduled_s"] - calls["release_s"]
+    calls["ttft_s"] = calls["first_token_s"] - calls["release_s"]
+    calls["e2e_s"] = calls["finish_s"] - calls["release_s"]
+    denom = (calls["output_tokens"] - 1).where(calls["output_tokens"] > 1)
+    calls["tpot_s"] = (calls["finish_s"] - calls["first_token_s"]) / denom
+    return calls
+
+
+def frame_summary(programs: pd.DataFrame, calls: pd.DataFrame) -> dict[str, Any]:
+    """The summary keys that depend only on programs.csv / calls.csv (same definitions as collect())."""
+    jct = programs["jct_s"].to_numpy(float)
+    makespan = float(programs["finish_s"].max() - programs["arrival_s"].min()) if len(programs) else float("nan")
+    out_tok = int(calls["output_tokens"].sum())
+    prompt_tok = int(calls["prompt_tokens"].sum())
+    hits = calls["prefix_hit_tokens"].sum() + calls["host_hit_tokens"].sum()
+    return {
+        "programs": int(len(programs)),
+        "calls": int(len(calls)),
+        "mean_jct_s": float(jct.mean()) if len(jct) else float("nan"),
+        "p50_jct_s": _pct(jct, 50),
+        "p90_jct_s": _pct(jct, 90),
+        "p99_jct_s": _pct(jct, 99),
+        "makespan_s": makespan,
+        "mean_queueing_s": float(calls["queueing_s"].mean()),
+        "mean_ttft_s": float(calls["ttft_s"].mean()),
+        "mean_tpot_s": float(calls["tpot_s"].mean()),
+        "mean_e2e_s": float(calls["e2e_s"].mean()),
+        "preemptions": int(programs["preemptions"].sum()),
+        "prefix_hit_rate": float(hits) / max(1, prompt_tok),
+        "prompt_tokens": prompt_tok,
+        "output_tokens": out_tok,
+        "throughput_tok_s": out_tok / makespan if makespan > 0 else float("nan"),
+    }

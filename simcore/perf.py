@@ -272,7 +272,12 @@ def profile_folder(hw: HardwareSpec, model: ModelSpec, tp: int) -> Path | None:
 def build_perf_model(cell: Cell) -> PerfModel:
     """The profiled tables for the cell's (hardware, model, tp) if they exist, else the roofline.
     Models are cached per (hardware, model, tp): loading costs ~0.1 s, a whole simulation ~0.3 s,
-    and a PerfModel's only state is memoised lookups, so simulations can share one."""
+    and a PerfModel's only state is memoised lookups, so simulations can share one.
+    A cell that names a measured profile directory (`evolve profile`) is timed by it."""
+    if cell.profile:
+        from simcore.perf_measured import load_measured
+        return load_measured(cell.profile, cell.model.kv_bytes_per_token, cell.tp,  # type: ignore[return-value]
+                             cell.hardware.host_link_gbs)
     return _build(cell.hardware, cell.model, cell.tp)
 
 
