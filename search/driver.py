@@ -12,7 +12,6 @@ import signal
 import sys
 import threading
 from datetime import datetime, timezone
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +22,11 @@ from rich.text import Text
 from simcore.config import ConfigError, cell_catalog, get_cell
 from simcore.display import strip_control
 from simcore.errors import UserError
+from simcore.packaged import SEED_FILES, seed_source
+from simcore.policies.base import AXES
 
 from .rundir import CandidateResult, HeldOut, HeldOutPlan, LLMPhase, RunDir, RunMeta, atomic_write_text, now_iso
 from .settings import ModelEntry, SearchSettings
-
-SEED_FILES = {"retention": "retention_ttl.py", "scheduling": "scheduling_plas.py",
-              "routing": "routing_affinity.py"}
-AXES = tuple(SEED_FILES)
 
 
 class SearchError(UserError, RuntimeError):
@@ -37,7 +34,7 @@ class SearchError(UserError, RuntimeError):
 
 
 def default_seed_source(axis: str) -> str:
-    return resources.files("seeds").joinpath(SEED_FILES[axis]).read_text(encoding="utf-8")
+    return seed_source(axis)
 
 
 def short_cell(target: str, setting: str | None) -> str | None:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simcore.errors import UserError
+from simcore.packaged import configs_dir
 
 
 class SettingsError(UserError, ValueError):
@@ -116,7 +116,7 @@ def _read_yaml(path: Path | str, text: str | None = None) -> dict[str, Any]:
 
 
 def default_settings_dict() -> dict[str, Any]:
-    ref = resources.files("configs").joinpath("search.yaml")
+    ref = configs_dir() / "search.yaml"
     return _read_yaml("configs/search.yaml", ref.read_text(encoding="utf-8"))
 
 

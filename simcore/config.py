@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import functools
 import os
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import UserError
+from .packaged import configs_dir
 from .textio import read_text
 
 
@@ -131,7 +131,7 @@ def _data_root() -> Path:
     """configs/ as installed (package data), or the folder named by AGENTSERVESIM_CONFIGS
     (a user's own hardware.yaml / models.yaml / cells.yaml; profiles stay the shipped ones)."""
     own = os.environ.get("AGENTSERVESIM_CONFIGS")
-    return Path(own) if own else Path(str(resources.files("configs")))
+    return Path(own) if own else configs_dir()
 
 
 def load_yaml(path: Path, error: type[Exception] = ConfigError) -> Any:
@@ -261,4 +261,4 @@ def get_cell(name: str) -> Cell:
 
 def profiles_root() -> Path:
     own = _data_root() / "profiles"
-    return own if own.is_dir() else Path(str(resources.files("configs"))) / "profiles"
+    return own if own.is_dir() else configs_dir() / "profiles"

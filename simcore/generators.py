@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import math
 import zlib
-from importlib import resources
 from pathlib import Path
 from statistics import NormalDist
 
@@ -34,6 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from simcore.config import load_yaml
 from simcore.workload import Call, Program, WorkloadError
+
+from .packaged import configs_dir
 
 _PHI_FRAC = (math.sqrt(5.0) - 1.0) / 2.0  # golden-ratio step of the Weyl sequence
 
@@ -116,7 +117,7 @@ KNOWN_KINDS = tuple(_KINDS)
 
 
 def _config_dir() -> Path:
-    return Path(str(resources.files("configs"))) / "workloads"
+    return configs_dir() / "workloads"
 
 
 @functools.lru_cache(maxsize=8)

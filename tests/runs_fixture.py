@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from simcore.packaged import SEED_FILES, seed_source
+
 CELL = "rtx70b_swe10_0.1"
 ROUTING_CELL = "h100x2_8b_swe_0.1"   # routing needs more than one instance
-SEED_FILES = {"scheduling": "scheduling_plas.py", "retention": "retention_ttl.py", "routing": "routing_affinity.py"}
 # (candidate id, parent, island, iteration, edit of the seed source or None = failed candidate)
 VARIANTS = {
     "scheduling": [
@@ -28,10 +28,6 @@ VARIANTS = {
         ("it0001-aaaa", "it0000-seed", 0, 1, ("MAX_EXTRA_INFLIGHT = 4", "MAX_EXTRA_INFLIGHT = 1")),
     ],
 }
-
-
-def seed_source(axis: str) -> str:
-    return resources.files("seeds").joinpath(SEED_FILES[axis]).read_text(encoding="utf-8")
 
 
 def _write(path: Path, obj: Any) -> None:

@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
-from pathlib import Path
 
 from search.cli import main
+from simcore.packaged import configs_dir
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -105,8 +105,7 @@ def test_recorded_arrivals_from_an_imported_trace(tmp_path, capsys):
 def test_broken_config_is_one_line_naming_file_and_field(tmp_path, cells, needles):
     import os
     import shutil
-    from importlib import resources
-    src = Path(str(resources.files("configs")))
+    src = configs_dir()
     for f in ("hardware.yaml", "models.yaml"):
         shutil.copy(src / f, tmp_path / f)
     (tmp_path / "cells.yaml").write_text(cells)

@@ -13,7 +13,7 @@ from simcore.policies.registry import load_policy
 from simcore.sim import simulate
 from simcore.workload import poisson_arrivals
 
-from conftest import chain_programs, small_cell
+from tests.helpers import chain_programs, small_cell
 
 
 class Scrambled(SchedulingPolicy):

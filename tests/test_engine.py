@@ -15,7 +15,7 @@ from simcore.request import Request
 from simcore.sim import Simulation, simulate
 from simcore.workload import Call, Program, poisson_arrivals
 
-from conftest import ConstantPerf, chain_programs, small_cell
+from tests.helpers import ConstantPerf, chain_programs, small_cell
 
 
 def test_release_rule_eq2_holds_for_every_call():

@@ -1,19 +1,18 @@
 """Admission of candidate source: markers, gate, observation allow-list; seeds pass."""
-from importlib import resources
 
 import pytest
 
 from evaluator.admission import Rejected, admit, check_leakage_static, load_policy
 from evaluator.task import run_policy
+from simcore.packaged import SEED_FILES, seed_source
 
-SEEDS = {"retention": "retention_ttl.py", "scheduling": "scheduling_plas.py", "routing": "routing_affinity.py"}
 
 
 def seed(axis: str) -> str:
-    return resources.files("seeds").joinpath(SEEDS[axis]).read_text()
+    return seed_source(axis)
 
 
-@pytest.mark.parametrize("axis", sorted(SEEDS))
+@pytest.mark.parametrize("axis", sorted(SEED_FILES))
 def test_seeds_pass_admission_and_load(axis):
     src = seed(axis)
     admit(src, axis, src)
@@ -25,7 +24,7 @@ def test_seeds_pass_admission_and_load(axis):
 
 
 def test_seeds_have_one_evolve_block_around_the_class():
-    for axis in SEEDS:
+    for axis in SEED_FILES:
         src = seed(axis)
         assert src.count("# EVOLVE-BLOCK-START") == 1 and src.count("# EVOLVE-BLOCK-END") == 1
         block = src.split("# EVOLVE-BLOCK-START")[1].split("# EVOLVE-BLOCK-END")[0]
@@ -96,8 +95,7 @@ def test_load_failures_and_reasons_are_inert_text():
 
 def test_a_missing_layer_is_not_a_rejection(monkeypatch):
     """A machine without a layer stops the search (SandboxUnavailable), not the candidate."""
-    from sandbox import SandboxUnavailable
-    from sandbox import client
+    from sandbox import SandboxUnavailable, client
     real = client.load_sandboxed_policy
     monkeypatch.setattr("evaluator.admission.load_sandboxed_policy",
                         lambda *a, **k: real(*a, simulate_unavailable=("ipcns",), **k))

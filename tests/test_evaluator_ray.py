@@ -6,15 +6,15 @@ block, so the tests can kill the worker process mid-evaluation.
 import os
 import signal
 import time
-from importlib import resources
 
 import pytest
 
+from simcore.packaged import seed_source
 from tests.fakes import FAKESIM, ensure_ray
 
 pytestmark = pytest.mark.timeout(240)
 
-SEED = resources.files("seeds").joinpath("scheduling_plas.py").read_text()
+SEED = seed_source("scheduling")
 
 
 @pytest.fixture()

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from runs_fixture import CELL, make_run
+from tests.runs_fixture import CELL, make_run
 from search.export import admission
 from search.cli import main
 

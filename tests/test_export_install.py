@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from export_helpers import BUILDS_WHEELS, can_import, vllm_python
-from runs_fixture import CELL, make_run
+from tests.export_helpers import BUILDS_WHEELS, can_import, vllm_python
+from tests.runs_fixture import CELL, make_run
 from search.cli import main
 
 

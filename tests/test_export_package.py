@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from export_helpers import BUILDS_WHEELS, can_import, load_exported, vllm_python
-from runs_fixture import CELL, ROUTING_CELL, make_run
+from tests.export_helpers import BUILDS_WHEELS, can_import, load_exported, vllm_python
+from tests.runs_fixture import CELL, ROUTING_CELL, make_run
 from simcore import pcb as sim_pcb
 from search.cli import main
 from simcore.policies import base as sim_base

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from export_helpers import importable, readme_bash
-from runs_fixture import CELL, ROUTING_CELL, make_run
+from tests.export_helpers import importable, readme_bash
+from tests.runs_fixture import CELL, ROUTING_CELL, make_run
 from search.cli import main
 
 RUNS = {"scheduling": f"scheduling-{CELL}-fixture", "retention": f"retention-{CELL}-fixture",

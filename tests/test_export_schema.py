@@ -6,8 +6,8 @@ import importlib
 
 import pytest
 
-from export_helpers import load_exported
-from runs_fixture import CELL, make_run
+from tests.export_helpers import load_exported
+from tests.runs_fixture import CELL, make_run
 from search.export import schema
 from search.runs import RunsError
 from simcore import pcb

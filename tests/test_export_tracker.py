@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from export_helpers import load_exported
-from runs_fixture import CELL, make_run
+from tests.export_helpers import load_exported
+from tests.runs_fixture import CELL, make_run
 from simcore.sim import cell_programs, simulate
 from simcore.config import get_cell
 from search.cli import main

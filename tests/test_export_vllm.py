@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 import search.export
-from export_helpers import can_import, importable, readme_python, vllm_python
-from runs_fixture import CELL, make_run
+from tests.export_helpers import can_import, importable, readme_python, vllm_python
+from tests.runs_fixture import CELL, make_run
 from search.cli import main
 
 PY = vllm_python()

@@ -4,7 +4,7 @@ from __future__ import annotations
 from simcore.kv import KVManager
 from simcore.sim import simulate
 
-from conftest import small_cell
+from tests.helpers import small_cell
 
 
 def test_offload_moves_run_to_host_and_it_is_hittable_there():

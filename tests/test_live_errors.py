@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from fakes.openai_stream import FakeServer, dead_url
+from tests.fakes.openai_stream import FakeServer, dead_url
 from search.cli import main
 from simcore.workload import Call, Program, save_programs
 

@@ -6,8 +6,8 @@ import json
 import pandas as pd
 import pytest
 
-from fakes.openai_stream import FakeServer
-from runs_fixture import CELL, make_run
+from tests.fakes.openai_stream import FakeServer
+from tests.runs_fixture import CELL, make_run
 from search.cli import main
 from simcore.workload import Call, Program, save_programs
 

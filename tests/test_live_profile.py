@@ -3,17 +3,17 @@ from __future__ import annotations
 
 import json
 import shutil
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from tests.fakes.openai_stream import Spawned, linear_step
 
-from fakes.openai_stream import FakeServer, Spawned, linear_step
-from simcore import config
 from search.cli import main
+from simcore import config
 from simcore.config import ConfigError
+from simcore.packaged import configs_dir
 from simcore.perf import build_perf_model
 from simcore.perf_measured import PROFILE_FORMAT, MeasuredFit, MeasuredPerf, MeasuredProfileError, fit, load_measured
 from simcore.sim import simulate
@@ -90,7 +90,7 @@ def test_broken_profile_dirs_are_one_line_config_errors(tmp_path):
 @pytest.fixture
 def own_configs(tmp_path, monkeypatch):
     """A configs dir of our own (AGENTSERVESIM_CONFIGS) with a cpu-host hardware and a tiny model."""
-    src = Path(str(resources.files("configs")))
+    src = configs_dir()
     d = tmp_path / "configs"
     d.mkdir()
     shutil.copy(src / "hardware.yaml", d)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fakes.openai_stream import FakeServer
+from tests.fakes.openai_stream import FakeServer
 from search.live.client import ServerClient
 from search.live.replay import replay
 from search.cli import main

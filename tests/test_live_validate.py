@@ -7,11 +7,11 @@ import json
 import pandas as pd
 import pytest
 
-from fakes.openai_stream import Spawned
+from tests.fakes.openai_stream import Spawned
 from simcore import config
 from search.cli import main
 from simcore.workload import Call, Program, save_programs
-from test_live_profile import ENGINE_STEP, own_configs  # noqa: F401 (fixture)
+from tests.test_live_profile import ENGINE_STEP, own_configs  # noqa: F401 (fixture)
 
 
 def swe_like(n: int = 8) -> list[Program]:

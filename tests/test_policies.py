@@ -11,7 +11,7 @@ from simcore.policies.base import (PolicyError, RetentionPolicy, RoutingPolicy, 
 from simcore.policies.registry import AXES, load_policy, policy_names
 from simcore.sim import simulate
 
-from conftest import LISTINGS
+from tests.helpers import LISTINGS
 
 EXPECTED_PCB_FIELDS = {
     "program_id", "arrival_s", "turn_index", "turns_completed", "attained_service_s", "context_tokens",
@@ -150,6 +150,6 @@ def test_policy_that_raises_fails_the_run_with_one_line():
 
 def test_policy_file_with_a_dataclass_loads_in_process():
     # The loader must not pass its own `from __future__ import annotations` to the file.
-    from conftest import ROOT
+    from tests.helpers import ROOT
     res = simulate("rtx70b_swe10_0.1", scheduling=str(ROOT / "tests" / "data" / "dataclass_policy.py"))
     assert res.summary["calls"] > 0

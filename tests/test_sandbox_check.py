@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 
 import pytest
 
 from sandbox.check import main
+from simcore.packaged import seeds_dir
 from simcore.policies.registry import SHIPPED
 from tests.test_sandbox_gate import LISTINGS
 
@@ -16,7 +16,7 @@ HOSTILE = Path(__file__).parent / "hostile"
 
 def seed_path(tmp_path: Path, name: str) -> Path:
     p = tmp_path / name
-    p.write_text(resources.files("seeds").joinpath(name).read_text(encoding="utf-8"))
+    p.write_text((seeds_dir() / name).read_text(encoding="utf-8"))
     return p
 
 

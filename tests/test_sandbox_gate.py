@@ -1,7 +1,6 @@
 """Static gate and EVOLVE-block marker check."""
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -9,6 +8,7 @@ import pytest
 from sandbox import SandboxViolation
 from sandbox.gate import MAX_NODES, MAX_SOURCE_CHARS, check_source
 from sandbox.markers import check_markers
+from simcore.packaged import SEED_FILES, seed_source
 
 # Paper Appendix F, Listings 1-4, as policy files (shared with the simulator's tests).
 _LISTING_DIR = Path(__file__).resolve().parent / "data" / "listings"
@@ -17,7 +17,6 @@ LISTINGS = {"listing1": ("retention", (_LISTING_DIR / "retention_ttl_seed.py").r
             "listing3": ("scheduling", (_LISTING_DIR / "scheduling_plas_seed.py").read_text()),
             "listing4": ("scheduling", (_LISTING_DIR / "scheduling_evolved.py").read_text())}
 LISTING_1, LISTING_2, LISTING_3, LISTING_4 = (LISTINGS[f"listing{i}"][1] for i in range(1, 5))
-SEEDS = {"retention_ttl.py": "retention", "scheduling_plas.py": "scheduling", "routing_affinity.py": "routing"}
 
 
 def reject(src: str, axis: str = "scheduling") -> str:
@@ -35,10 +34,9 @@ def test_paper_listings_pass(name: str):
     assert r.axis == axis and r.class_name.startswith("Evolved")
 
 
-@pytest.mark.parametrize("seed", sorted(SEEDS))
-def test_shipped_seeds_pass(seed: str):
-    src = resources.files("seeds").joinpath(seed).read_text(encoding="utf-8")
-    check_source(src, SEEDS[seed])
+@pytest.mark.parametrize("axis", sorted(SEED_FILES))
+def test_shipped_seeds_pass(axis: str):
+    check_source(seed_source(axis), axis)
 
 
 def test_ordinary_python_passes():

@@ -1,15 +1,14 @@
 """The offline mutator proposes real, admissible SEARCH/REPLACE edits inside the EVOLVE block."""
 import asyncio
-from importlib import resources
 
 import pytest
 from openevolve.utils.code_utils import apply_diff_blocks, extract_diffs
 
 from evaluator.admission import admit, load_policy
 from search.offline import OfflineMutator
+from simcore.packaged import SEED_FILES, seed_source
 from simcore.pcb import InstanceView, ProgramView, Signals
 
-SEEDS = {"retention": "retention_ttl.py", "scheduling": "scheduling_plas.py", "routing": "routing_affinity.py"}
 VIEW = ProgramView(program_id="p", arrival_s=1.0, turn_index=3, turns_completed=3, attained_service_s=12.5,
                    context_tokens=9000, last_instance=0, kv_resident=True, kv_resident_tokens=9000,
                    kv_protected=True, protect_until=40.0, kv_tier="device", tool_name="bash",
@@ -34,9 +33,9 @@ def decide(pol, axis):
     return pol.on_turn_complete(VIEW, "r1", 35.0), pol.on_turn_arrival(VIEW, 35.0)
 
 
-@pytest.mark.parametrize("axis", sorted(SEEDS))
+@pytest.mark.parametrize("axis", sorted(SEED_FILES))
 def test_chains_of_edits_stay_admissible_and_runnable(axis):
-    seed = resources.files("seeds").joinpath(SEEDS[axis]).read_text()
+    seed = seed_source(axis)
     code, changed = seed, 0
     for it in range(25):
         diffs = extract_diffs(propose(code, it, seed=3))
@@ -55,7 +54,7 @@ def test_chains_of_edits_stay_admissible_and_runnable(axis):
 
 
 def test_scheduling_edits_use_observable_terms_and_change_decisions():
-    seed = resources.files("seeds").joinpath("scheduling_plas.py").read_text()
+    seed = seed_source("scheduling")
     seen = set()
     prios = set()
     for it in range(150):
@@ -75,14 +74,14 @@ def test_scheduling_edits_use_observable_terms_and_change_decisions():
 
 
 def test_proposals_are_a_function_of_seed_iteration_and_parent():
-    seed = resources.files("seeds").joinpath("scheduling_plas.py").read_text()
+    seed = seed_source("scheduling")
     assert propose(seed, 5, seed=1) == propose(seed, 5, seed=1)
     assert len({propose(seed, i, seed=1) for i in range(20)}) > 3
     assert len({propose(seed, 5, seed=s) for s in range(20)}) > 3
 
 
 def test_without_parent_code_it_reads_the_program_from_the_prompt():
-    seed = resources.files("seeds").joinpath("scheduling_plas.py").read_text()
+    seed = seed_source("scheduling")
     prompt = f"# Current Program\n```python\n{seed}\n```\n# Task\n..."
     ans = asyncio.run(OfflineMutator(seed=0).generate("x" + prompt))
     assert apply_diff_blocks(seed, extract_diffs(ans))[1] >= 1

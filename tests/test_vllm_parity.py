@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from parity import harness
+from tests.parity import harness
 
 PY = harness.vllm_python()
 

@@ -5,12 +5,12 @@ import functools
 import json
 import math
 from datetime import datetime
-from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
 
+from simcore.packaged import configs_dir
 from simcore.textio import json_problem, lines
 from simcore.workload import WorkloadError
 
@@ -72,7 +72,7 @@ def parse_time(value: Any, path: Path, line: int | None, field: str) -> float:
 
 @functools.lru_cache(maxsize=1)
 def importer_params() -> dict[str, Any]:
-    path = Path(str(resources.files("configs"))) / "workloads" / "importers.yaml"
+    path = configs_dir() / "workloads" / "importers.yaml"
     try:
         with path.open("r", encoding="utf-8") as fh:
             raw = yaml.safe_load(fh)
