@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 
 from simcore.config import Cell, ConfigError, get_cell
 from simcore.policies.base import AXES, PolicyError
+from simcore.textio import read_text
 from simcore.workload import WorkloadError
 
 from .client import DEFAULT_CPU_BUDGET_S, DEFAULT_DECISION_TIMEOUT_S, load_sandboxed_policy
@@ -180,13 +182,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _read(path: str, what: str) -> str:
-    p = Path(path)
-    if not p.is_file():
-        raise _UsageError(f"{path}: no such {what} file")
-    try:
-        return p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise _UsageError(f"{path}: cannot read {what} file ({type(e).__name__})") from None
+    return read_text(path, _UsageError, f"{what} file")
 
 
 class _UsageError(Exception):
@@ -206,14 +202,14 @@ def run(args: argparse.Namespace) -> int:
         except ConfigError as e:
             raise _UsageError(str(e)) from None
     except _UsageError as e:
-        print(f"evolve check: error: {e}")
+        print(f"evolve check: error: {e}", file=sys.stderr)
         return 2
     try:
         v = check_policy(source, args.axis, label=args.file, seed_source=seed, cell=cell, shipped=shipped,
                          decision_timeout_s=args.decision_timeout, cpu_budget_s=args.cpu_budget,
                          allow_weak_sandbox=args.allow_weak_sandbox)
     except SandboxUnavailable as e:
-        print(f"evolve check: error: {e}")
+        print(f"evolve check: error: {e}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(v.to_json(), indent=2))
@@ -243,15 +239,3 @@ def isolation_lines(v: Verdict) -> list[str]:
         out.append(f"layout: {v.layout}")
     return out
 
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m sandbox.check ...` until the lead wires `evolve check`."""
-    ap = argparse.ArgumentParser(prog="evolve")
-    sub = ap.add_subparsers(dest="command", required=True)
-    register(sub)
-    args = ap.parse_args(argv)
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

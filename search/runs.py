@@ -115,11 +115,21 @@ def load_run(root: Path) -> Run:
         raise RunsError(f"{root / 'run.json'}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
 
 
-def all_runs(base: Path) -> list[Run]:
-    """Every readable run under `base`, oldest first (by started_at, then name)."""
+def all_runs(base: Path, unreadable: list[tuple[str, str]] | None = None) -> list[Run]:
+    """Every readable run under `base`, oldest first (by started_at, then name). A run whose
+    run.json cannot be read raises, unless `unreadable` collects (name, reason) instead."""
     if not base.is_dir():
         return []
-    runs = [load_run(d) for d in sorted(base.iterdir()) if (d / "run.json").is_file()]
+    runs = []
+    for d in sorted(base.iterdir()):
+        if not (d / "run.json").is_file():
+            continue
+        try:
+            runs.append(load_run(d))
+        except RunsError as e:
+            if unreadable is None:
+                raise
+            unreadable.append((d.name, str(e)))
     return sorted(runs, key=lambda r: (str(r.meta.started_at or ""), r.root.name))
 
 
@@ -185,12 +195,16 @@ def best_fitness(run: Run) -> float | None:
 
 
 def runs_table(base: Path) -> pd.DataFrame:
-    rows = []
-    for r in all_runs(base):
+    rows: list[dict[str, Any]] = []
+    broken: list[tuple[str, str]] = []
+    for r in all_runs(base, broken):
         m = r.meta
-        best = None
+        best, error = None, m.error
         if m.best_candidate and (r.root / "candidates" / m.best_candidate / "result.json").is_file():
-            best = _result(r.root / "candidates" / m.best_candidate / "result.json")
+            try:
+                best = _result(r.root / "candidates" / m.best_candidate / "result.json")
+            except RunsError as e:
+                error = str(e)
         h = best.heldout if best else None
         rows.append({"run_id": r.root.name, "axis": r.axis, "cell": r.cell,
                      "fixed": ", ".join(f"{a}={p}" for a, p in sorted(
@@ -202,8 +216,10 @@ def runs_table(base: Path) -> pd.DataFrame:
                      "heldout_fitness": h.fitness if h else None, "heldout_lo": h.fitness_ci[0] if h else None,
                      "winner": m.winner, "llm_failures": m.counts.llm_failures,
                      "format_failures": m.counts.format_failures, "failed_candidates": m.counts.failed_candidates,
-                     "status": r.status, "started_at": m.started_at, "error": m.error,
+                     "status": r.status, "started_at": m.started_at, "error": error,
                      "sandbox": "weak" if r.allow_weak_sandbox else "full"})
+    # a damaged run is listed, not allowed to hide the others
+    rows += [{"run_id": name, "status": "unreadable", "error": why} for name, why in broken]
     return pd.DataFrame(rows, columns=["run_id", "axis", "cell", "fixed", "llm", "iterations", "best_candidate",
                                        "best_fitness", "best_lo", "heldout_fitness", "heldout_lo", "winner",
                                        "llm_failures", "format_failures", "failed_candidates", "status",

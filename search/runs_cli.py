@@ -63,9 +63,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
         ho = "-" if _missing(r.heldout_fitness) else (f"{r.heldout_fitness:.4f} (lo {r.heldout_lo:.4f})"
                                                       + (" n.s." if _missing(r.winner) else " winner"))
         status = r.status if _missing(r.error) else f"{r.status}: {r.error}"
-        rows.append([r.run_id, r.cell, r.axis, _s(r.fixed), _s(r.llm), r.iterations, best, ho,
-                     str(r.llm_failures), str(r.failed_candidates), status,
-                     "WEAK (--allow-weak-sandbox)" if r.sandbox == "weak" else r.sandbox])
+        rows.append([r.run_id, _s(r.cell), _s(r.axis), _s(r.fixed), _s(r.llm), _s(r.iterations), best, ho,
+                     _f(r.llm_failures, "{:.0f}"), _f(r.failed_candidates, "{:.0f}"), status,
+                     "WEAK (--allow-weak-sandbox)" if r.sandbox == "weak" else _s(r.sandbox)])
     _emit(f"runs in {base}", ["run", "cell", "axis", "fixed", "llm", "iter", "best (in-sample)", "held-out",
                               "LLM fail", "failed cand", "status", "sandbox"], rows, ("run", "cell"))
     return 0

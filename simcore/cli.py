@@ -84,7 +84,11 @@ def _load_policy_arg(axis: str, spec: str | None, trusted: bool, allow_weak_sand
     if not Path(spec).is_file():
         raise PolicyError(f"--{axis} {spec}: unknown {axis} policy; shipped: {', '.join(policy_names(axis))} "
                           "(or a path to a policy .py file)")
-    return load_policy_file(spec, axis, allow_weak_sandbox)
+    try:
+        return load_policy_file(spec, axis, allow_weak_sandbox)
+    except PolicyError as e:  # name the flag and file, so the line stands alone
+        msg = str(e)
+        raise PolicyError(f"--{axis} {msg}" if msg.startswith(spec) else f"--{axis} {spec}: {msg}") from None
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:

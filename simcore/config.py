@@ -145,6 +145,16 @@ def load_yaml(path: Path, error: type[Exception] = ConfigError) -> Any:
         raise error(f"{path}{line}: invalid YAML ({getattr(e, 'problem', e)})") from None
 
 
+def _mapping(path: Path, value: Any, where: str, empty_ok: bool = True) -> dict:
+    """`value` as a mapping (None = empty), or a one-line ConfigError naming file and field."""
+    if value is None and empty_ok:
+        return {}
+    if not isinstance(value, dict):
+        got = "nothing" if value is None else type(value).__name__
+        raise ConfigError(f"{path}: {where}: expected a mapping, got {got}")
+    return value
+
+
 def _pydantic_msg(path: Path, key: str, e: ValidationError) -> str:
     err = e.errors()[0]
     loc = ".".join(str(x) for x in err["loc"]) or "(root)"
@@ -154,11 +164,11 @@ def _pydantic_msg(path: Path, key: str, e: ValidationError) -> str:
 @functools.lru_cache(maxsize=None)
 def hardware_catalog(root: str | None = None) -> dict[str, HardwareSpec]:
     path = Path(root or _data_root()) / "hardware.yaml"
-    raw = load_yaml(path) or {}
+    raw = _mapping(path, load_yaml(path), "(top level)", empty_ok=False)
     out = {}
     for key, body in raw.items():
         try:
-            out[key] = HardwareSpec(key=key, **(body or {}))
+            out[key] = HardwareSpec(key=key, **_mapping(path, body, str(key)))
         except ValidationError as e:
             raise ConfigError(_pydantic_msg(path, key, e)) from None
     return out
@@ -167,11 +177,11 @@ def hardware_catalog(root: str | None = None) -> dict[str, HardwareSpec]:
 @functools.lru_cache(maxsize=None)
 def model_catalog(root: str | None = None) -> dict[str, ModelSpec]:
     path = Path(root or _data_root()) / "models.yaml"
-    raw = load_yaml(path) or {}
+    raw = _mapping(path, load_yaml(path), "(top level)", empty_ok=False)
     out = {}
     for key, body in raw.items():
         try:
-            out[key] = ModelSpec(key=key, **(body or {}))
+            out[key] = ModelSpec(key=key, **_mapping(path, body, str(key)))
         except ValidationError as e:
             raise ConfigError(_pydantic_msg(path, key, e)) from None
     return out
@@ -202,12 +212,16 @@ def _rate_label(rate: float) -> str:
 def cell_catalog(root: str | None = None) -> dict[str, Cell]:
     base = Path(root or _data_root())
     path = base / "cells.yaml"
-    raw = load_yaml(path) or {}
+    raw = _mapping(path, load_yaml(path), "(top level)", empty_ok=False)
     hws, models = hardware_catalog(root), model_catalog(root)
-    defaults = raw.get("defaults", {}) or {}
+    defaults = _mapping(path, raw.get("defaults"), "defaults")
+    families = _mapping(path, raw.get("families"), "families")
+    if not families:
+        raise ConfigError(f"{path}: families: no cell families defined")
     cells: dict[str, Cell] = {}
-    for fam, body in (raw.get("families") or {}).items():
-        body = _merge({k: v for k, v in defaults.items() if k != "gpu_memory_utilization"}, body or {})
+    for fam, body in families.items():
+        body = _merge({k: v for k, v in defaults.items() if k != "gpu_memory_utilization"},
+                      _mapping(path, body, f"families.{fam}"))
         util = float(defaults.get("gpu_memory_utilization", 0.9))
         rates = body.pop("rates", None)
         per_rate = body.pop("per_rate", {}) or {}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.check import main
+from search.cli import main
 from simcore.packaged import seeds_dir
 from simcore.policies.registry import SHIPPED
 from tests.test_sandbox_gate import LISTINGS
@@ -76,16 +76,20 @@ def test_every_shipped_policy_is_admissible(capsys, axis: str, name: str):
 
 @pytest.mark.parametrize("argv,msg", [
     (["check", "/nonexistent/p.py", "--axis", "scheduling"], "no such policy file"),
+    (["check", "{nonutf8}", "--axis", "scheduling"], "p.py:2: not UTF-8 text (byte 0xff)"),
     (["check", "{seed}", "--axis", "scheduling", "--cell", "no_such_cell"], "no_such_cell"),
     (["check", "{seed}", "--axis", "scheduling", "--seed-file", "/nonexistent/s.py"], "no such seed file"),
     (["check", "{seed}", "--axis", "scheduling", "--cpu-budget", "0"], "must be positive"),
 ])
 def test_usage_errors_exit_2_with_one_line(tmp_path, capsys, argv, msg):
     seed = seed_path(tmp_path, "scheduling_plas.py")
-    argv = [a.replace("{seed}", str(seed)) for a in argv]
+    bad = tmp_path / "p.py"
+    bad.write_bytes(b"import math\n# \xff\n")
+    argv = [a.replace("{seed}", str(seed)).replace("{nonutf8}", str(bad)) for a in argv]
     assert main(argv) == 2
-    out = capsys.readouterr().out.strip()
-    assert msg in out and len(out.splitlines()) == 1
+    cap = capsys.readouterr()
+    err = cap.err.strip()
+    assert msg in err and len(err.splitlines()) == 1 and not cap.out
 
 
 def test_the_isolation_lines_name_every_layer_and_claim_none_that_is_off(tmp_path, capsys):
@@ -107,8 +111,8 @@ def test_a_missing_layer_is_refused_then_shown_when_allowed(tmp_path, capsys, mo
     monkeypatch.setattr("sandbox.check.load_sandboxed_policy", client.load_sandboxed_policy)
     p = seed_path(tmp_path, "scheduling_plas.py")
     assert main(["check", str(p), "--axis", "scheduling"]) == 2
-    out = capsys.readouterr().out.strip()
-    assert len(out.splitlines()) == 1 and "netns" in out and "--allow-weak-sandbox" in out
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "netns" in err and "--allow-weak-sandbox" in err
     assert main(["check", str(p), "--axis", "scheduling", "--allow-weak-sandbox", "--json"]) == 0
     v = json.loads(capsys.readouterr().out)
     assert v["allow_weak_sandbox"] is True and v["layers"]["netns"].startswith("off: unavailable")
