@@ -8,8 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from simcore.policies.base import (PRIORITY_MAX, PRIORITY_MIN, RetentionDecision, RetentionPolicy, RoutingPolicy,
-                                   SchedulingPolicy, parse_instance, parse_priority, parse_retention)
+from simcore.policies.base import (
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    RetentionDecision,
+    RetentionKind,
+    RetentionPolicy,
+    RoutingPolicy,
+    SchedulingPolicy,
+    parse_instance,
+    parse_priority,
+    parse_retention,
+)
 
 from .process import WorkerProcess
 
@@ -55,7 +65,7 @@ class SandboxedRetention(_Proxy, RetentionPolicy):
         # the common answers, as parse_retention would take them (a finite float deadline)
         if type(raw) is list and len(raw) == 2 and raw[0] == "protect" and type(raw[1]) is float \
                 and raw[1] - raw[1] == 0.0:
-            return RetentionDecision("protect", raw[1])
+            return RetentionDecision(RetentionKind.PROTECT, raw[1])
         d = _SIMPLE_DECISIONS.get(raw) if type(raw) is str else None
         if d is not None:
             return d

@@ -26,7 +26,8 @@ from __future__ import annotations
 from typing import Callable, Protocol, Sequence
 
 from .config import EngineArgs
-from .kv import KVManager, RetentionKind
+from .kv import KVManager
+from .policies.base import RetentionKind
 from .request import Request
 from .request_queue import create_request_queue
 

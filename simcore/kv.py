@@ -32,8 +32,9 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from enum import StrEnum
 from typing import NamedTuple
+
+from .policies.base import RetentionKind
 
 FREE, PROTECTED, GONE = 0, 1, 2
 _NEVER = 1 << 62  # live bound of a block index no divergence has cut
@@ -49,15 +50,6 @@ def _minus(span: tuple[int, int], cuts: list[tuple[int, int]]) -> list[tuple[int
     if lo < span[1]:
         out.append((lo, span[1]))
     return [s for s in out if s[0] < s[1]]
-
-
-class RetentionKind(StrEnum):
-    """What happens to a finished call's KV (paper §3.4); compares equal to its string."""
-    RELEASE = "release"    # cached, reclaimed in LRU (or value) order
-    PROTECT = "protect"    # pinned until a deadline
-    EVICT = "evict"        # dropped now
-    OFFLOAD = "offload"    # copied to the host tier, device blocks dropped
-    NONE = "none"          # no change
 
 
 class Residency(NamedTuple):

@@ -5,10 +5,14 @@ from __future__ import annotations
 import pytest
 
 from simcore.hooks import Decision
-from simcore.kv import RetentionKind
+from simcore.policies.base import RetentionKind
 from simcore.request import Request
-from simcore.request_queue import (DeferredPriorityRequestQueue, FCFSRequestQueue, PriorityRequestQueue,
-                                   create_request_queue)
+from simcore.request_queue import (
+    DeferredPriorityRequestQueue,
+    FCFSRequestQueue,
+    PriorityRequestQueue,
+    create_request_queue,
+)
 
 
 def _req(rid: int, prio: int | None, arrival: float) -> Request:

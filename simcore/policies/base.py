@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, ClassVar
 
 from ..errors import UserError
@@ -94,17 +95,27 @@ AXIS_BASES: dict[str, type] = {"retention": RetentionPolicy, "scheduling": Sched
                                "routing": RoutingPolicy}
 
 
+class RetentionKind(StrEnum):
+    """What happens to a finished call's KV (paper §3.4); compares equal to its string, so
+    policies return plain strings ("protect", ...) and the simulator works with members."""
+    RELEASE = "release"    # cached, reclaimed in LRU (or value) order
+    PROTECT = "protect"    # pinned until a deadline
+    EVICT = "evict"        # dropped now
+    OFFLOAD = "offload"    # copied to the host tier, device blocks dropped
+    NONE = "none"          # no change
+
+
 @dataclass(frozen=True, slots=True)
 class RetentionDecision:
-    kind: str                    # "protect" | "release" | "evict" | "offload" | "none"
+    kind: RetentionKind
     until: float | None = None
     value: float | None = None
-    then: str = "release"        # what happens at expiry: "release" or "offload"
+    then: RetentionKind = RetentionKind.RELEASE   # at expiry: RELEASE or OFFLOAD
 
 
-_NONE = RetentionDecision("none")
-_SIMPLE = {"release": RetentionDecision("release"), "evict": RetentionDecision("evict"),
-           "offload": RetentionDecision("offload"), "none": _NONE}
+_NONE = RetentionDecision(RetentionKind.NONE)
+_SIMPLE = {k.value: RetentionDecision(k) for k in (RetentionKind.RELEASE, RetentionKind.EVICT, RetentionKind.OFFLOAD)}
+_SIMPLE["none"] = _NONE
 
 
 def _finite(x: Any, what: str) -> float:
@@ -134,12 +145,12 @@ def parse_retention(obj: Any) -> RetentionDecision:
         if kind == "protect" and 2 <= len(obj) <= 4:
             until = _finite(obj[1], "protect deadline")
             value = None if len(obj) < 3 or obj[2] is None else _finite(obj[2], "protect value")
-            then = "release"
+            then = RetentionKind.RELEASE
             if len(obj) == 4:
                 if obj[3] not in ("release", "offload"):
                     raise PolicyError(f"protect expiry action must be 'release' or 'offload', got {obj[3]!r}")
-                then = obj[3]
-            return RetentionDecision("protect", until, value, then)
+                then = RetentionKind(obj[3])
+            return RetentionDecision(RetentionKind.PROTECT, until, value, then)
     raise PolicyError(f"malformed retention decision {obj!r}")
 
 
