@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 ADDR_NO_RANDOMIZE = 0x0040000
-_QUERY = 0xFFFFFFFF
+QUERY = 0xFFFFFFFF
 _PROBE_STACK = 1 << 30  # far above the kernel's 128 MiB minimum gap, so the offset is linear
 _PROBE = "import sys; sys.stdout.write(open('/proc/self/maps').read())"  # the probe child's layout
 
@@ -71,7 +71,9 @@ def _personality() -> Any:
     return fn
 
 
-_persona = _personality() if sys.platform.startswith("linux") else None
+# libc's personality(2), or None where there is none. Public so a test can stand in a
+# refusing one (as Docker's default seccomp profile refuses it) and see the fallback.
+personality = _personality() if sys.platform.startswith("linux") else None
 
 
 def lib_base(path: str, maps: str) -> int | None:
@@ -113,14 +115,14 @@ def stack_soft_limit() -> int:
 
 def _spawn_with(args: list[str], stack: int, kw: dict[str, Any]) -> subprocess.Popen | str:
     """Popen(args) with ADDR_NO_RANDOMIZE and RLIMIT_STACK=stack, or the reason it can't."""
-    if _persona is None:
+    if personality is None:
         return "no personality() here"
     with _LOCK:  # read and restored under the lock: another thread's spawn may be in between
         soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
         if hard != resource.RLIM_INFINITY and stack > hard:
             return f"hard stack limit {hard} is below the {stack} needed"
-        old = _persona(_QUERY)
-        if old == -1 or _persona(old | ADDR_NO_RANDOMIZE) == -1:
+        old = personality(QUERY)
+        if old == -1 or personality(old | ADDR_NO_RANDOMIZE) == -1:
             return f"personality(ADDR_NO_RANDOMIZE) refused (errno {ctypes.get_errno()})"
         try:
             try:
@@ -132,7 +134,7 @@ def _spawn_with(args: list[str], stack: int, kw: dict[str, Any]) -> subprocess.P
             finally:
                 resource.setrlimit(resource.RLIMIT_STACK, (soft, hard))
         finally:
-            _persona(old)
+            personality(old)
 
 
 def _probe(exe: str, path: str, base: int) -> Plan:

@@ -78,12 +78,12 @@ def test_mirroring_is_off_by_default():
 
 def test_parent_stack_limit_and_personality_are_restored():
     before = resource.getrlimit(resource.RLIMIT_STACK)
-    persona = layout._persona(layout._QUERY) if layout._persona else None
+    persona = layout.personality(layout.QUERY) if layout.personality else None
     pol = load_sandboxed_policy(LISTING_2, "retention", **MIRROR)
     pol.close()
     assert resource.getrlimit(resource.RLIMIT_STACK) == before
     if persona is not None:
-        assert layout._persona(layout._QUERY) == persona
+        assert layout.personality(layout.QUERY) == persona
 
 
 @needs_mirror
@@ -106,7 +106,7 @@ def test_concurrent_spawns_from_threads_all_land_and_restore():
 
 
 def test_a_refused_personality_falls_back_with_the_reason(monkeypatch, fresh_plans):
-    monkeypatch.setattr(layout, "_persona", lambda persona: -1)
+    monkeypatch.setattr(layout, "personality", lambda persona: -1)
     from simcore.sim import simulate
     pol = load_sandboxed_policy(LISTING_2, "retention", **MIRROR)
     try:

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from simcore.config import ConfigError, load_yaml
-from simcore.importers._common import read_jsonl
+from simcore.importers import import_trace
 from simcore.workload import WorkloadError, load_programs, save_programs
 
 GOOD = '{"program_id": "a", "calls": [{"prompt_tokens": 10, "output_tokens": 2, "tool": null}]}\n'
@@ -44,7 +44,7 @@ def test_importer_reader_non_utf8(tmp_path):
     p = tmp_path / "t.jsonl"
     p.write_bytes(b'{"a": 1}\n\xc3\x28\n')
     with pytest.raises(WorkloadError, match=r"t\.jsonl:2: not UTF-8 text"):
-        list(read_jsonl(p))
+        import_trace("mooncake", p)
 
 
 def test_yaml_non_utf8(tmp_path):
