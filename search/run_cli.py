@@ -7,6 +7,7 @@ The console script (search/cli.py) calls `register_main(parser)` on its top-leve
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import Any
@@ -48,6 +49,8 @@ def register_main(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--timeout", type=float, metavar="S", help="hard limit per evaluation stage, seconds")
     g.add_argument("--allow-weak-sandbox", action="store_true", default=None,
                    help="evaluate candidates even where a sandbox isolation layer is unavailable (recorded in the run)")
+    g.add_argument("--json", action="store_true",
+                   help="progress and report on stderr; the run's final record (run.json) as JSON on stdout")
 
 
 def register(subparsers: Any) -> None:
@@ -57,6 +60,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--llm", metavar="SPEC", help="use these models for the new iterations: " + _llm_help())
     p.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server for the openai: models of --llm")
     p.add_argument("--ray-address", metavar="ADDR")
+    p.add_argument("--json", action="store_true",
+                   help="progress and report on stderr; the run's final record (run.json) as JSON on stdout")
     p.set_defaults(func=run_resume)
 
 
@@ -71,6 +76,17 @@ def _ensure_fixed_hash_seed() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, "-P", "-m", "search", *sys.argv[1:]], env)  # search/__main__.py
+
+
+def _console(args: argparse.Namespace) -> Console | None:
+    """With --json the live panel and the report go to stderr, leaving stdout to the JSON."""
+    return Console(stderr=True, highlight=False, soft_wrap=True) if getattr(args, "json", False) else None
+
+
+def _finish(run_dir: Any, args: argparse.Namespace, code: int) -> int:
+    if getattr(args, "json", False):
+        print(json.dumps({"run_dir": str(run_dir.root), **run_dir.load_meta().model_dump(mode="json")}))
+    return code
 
 
 def _fail(msg: str) -> int:
@@ -118,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         build_backends(entries, settings.llm, settings.seed, preflight=True)   # fail before creating the run
         run_dir = create_run(args.axis, args.cell, settings, label, [e.model_dump() for e in entries],
                              args.run_dir, args.seed_file, fixed=fixed)
-        return execute(run_dir, args.ray_address, preflight=False)
+        return _finish(run_dir, args, execute(run_dir, args.ray_address, preflight=False, console=_console(args)))
     except (SettingsError, LLMSetupError, SearchError) as e:
         return _fail(str(e))
 
@@ -138,7 +154,8 @@ def run_resume(args: argparse.Namespace) -> int:
             return _fail(f"{args.run}: the run already finished ({meta.iterations_done} iterations); extend it "
                          f"with --iterations N (the new total, e.g. {meta.iterations_done + 20})")
         _ensure_fixed_hash_seed()
-        return execute(run_dir, args.ray_address, extend_to=args.iterations, llm_entries=entries)
+        return _finish(run_dir, args, execute(run_dir, args.ray_address, extend_to=args.iterations,
+                                              llm_entries=entries, console=_console(args)))
     except (RunError, SearchError, LLMSetupError) as e:
         return _fail(str(e))
 

@@ -166,3 +166,16 @@ def test_profile_of_the_fake_engine_recovers_its_step_times(tmp_path, capsys):
     # prefill: 20 us per new token
     assert (f.prefill_s(1024, 0) - f.prefill_s(16, 0)) == pytest.approx(1008 * 2e-5, rel=0.3)
     assert meta["mean_abs_error"] < 0.1   # single points may scatter on a busy host; the fit may not
+
+
+def test_profile_json_has_every_point_and_the_fit(tmp_path, capsys):
+    with Spawned(ENGINE_STEP, mode="engine", max_model_len=4096, kv_pool_tokens=65536) as url:
+        rc = main(["profile", "--server", url, "--out", str(tmp_path / "prof"), "--prefill-tokens", "16,128,256",
+                   "--contexts", "0", "--batch-sizes", "1,2,4", "--decode-contexts", "128", "--decode-tokens", "8",
+                   "--repeats", "1", "--tolerance", "0.5", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    doc = json.loads(out.out)
+    assert len(doc["prefill"]) == 3 and len(doc["decode"]) == 3
+    assert {"new_tokens", "time_s", "fit_s", "error"} <= set(doc["prefill"][0])
+    assert doc["meta"]["fit"]["a"] and doc["profile_dir"] == str((tmp_path / "prof").resolve())

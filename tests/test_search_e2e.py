@@ -260,3 +260,22 @@ def test_weighted_ensemble_from_the_llm_flag(tmp_path, monkeypatch):
     assert json.loads(run.run_json.read_text())["llm"] == "openai:fake-model@0.7 + anthropic:claude-test@0.3"
     used = [r["model"] for r in _journal(run)]
     assert used.count("openai:fake-model") == n_openai and used.count("anthropic:claude-test") == n_anthropic
+
+
+def test_json_stdout_is_parseable(tmp_path, monkeypatch, capsys):
+    import yaml
+
+    from search import run_cli as cli
+    ensure_ray()
+    monkeypatch.setenv("AGENTSERVESIM_SEARCH_REEXEC", "0")
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(yaml.safe_dump({**TINY, "iterations": 1}))
+    p = argparse.ArgumentParser()
+    cli.register_main(p)
+    code = cli.run(p.parse_args(["--axis", "scheduling", "--cell", "rtx70b_swe_0.1", "--config", str(cfg),
+                                 "--run-dir", str(tmp_path / "run"), "--json"]))
+    out = capsys.readouterr()
+    assert code == 0, out.err[-2000:]
+    doc = json.loads(out.out)
+    assert doc["run_dir"] == str(tmp_path / "run") and doc["status"] == "finished" and doc["iterations_done"] == 1
+    assert "held-out" in out.err or "result:" in out.err or "winner:" in out.err

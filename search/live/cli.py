@@ -111,6 +111,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--decode-tokens", type=positive_int, default=32, help="tokens each decode stream generates")
     c.add_argument("--repeats", type=positive_int, default=3)
     c.add_argument("--tolerance", type=positive_float, default=0.10, help="largest acceptable |fit - measured| / measured")
+    c.add_argument("--json", action="store_true", help="print the measured points, the fit and its errors as JSON")
     _server_args(c)
     c.set_defaults(func=cmd_profile)
 
@@ -281,6 +282,11 @@ async def _profile(args: argparse.Namespace) -> int:
     engine = {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
               "block_size": info.block_size}
     res = write_profile(Path(args.out), info, grid, prefill, decode, args.tolerance, engine, skipped)
+    if args.json:
+        print(json.dumps({"prefill": json.loads(res["prefill"].to_json(orient="records")),
+                          "decode": json.loads(res["decode"].to_json(orient="records")),
+                          "meta": res["meta"], "profile_dir": str(Path(args.out).resolve())}, default=str))
+        return 0
     _print_profile(res, args.tolerance)
     meta = res["meta"]
     console.print(f"profile written to {args.out}. A cell on it (cells.yaml, with your own hardware.yaml/models.yaml "
