@@ -123,13 +123,13 @@ export AGENTSERVESIM_CONFIGS="$WORK/configs"
 mkdir -p "$AGENTSERVESIM_CONFIGS"
 .venv/bin/python - "$WORK" "$MODEL" "$PROGRAMS" "$RATES" "$MAX_SEQS" "$MAX_BATCHED" <<'EOF'
 import json, shutil, sys
-from importlib import resources
 from pathlib import Path
 from simcore.generators import generate
+from simcore.packaged import configs_dir
 from simcore.workload import save_programs
 work, model, n, rates, seqs, batched = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(), sys.argv[5], sys.argv[6]
 cfg = work / "configs"
-src = Path(str(resources.files("configs")))
+src = configs_dir()
 for f in ("hardware.yaml", "models.yaml"):
     shutil.copy(src / f, cfg / f)
 mc = json.loads((model / "config.json").read_text())
@@ -199,8 +199,7 @@ stop_server
 AGENTSERVESIM_CONFIGS= .venv/bin/python - "$WORK" <<'EOF'
 import sys
 from pathlib import Path
-sys.path.insert(0, "tests")
-from runs_fixture import make_run
+from tests.runs_fixture import make_run
 make_run(Path(sys.argv[1]) / "runs", "scheduling", run_id="plas-export")
 EOF
 rm -rf "$WORK/plas_export"
