@@ -16,7 +16,8 @@
 # PROGRAMS (16), KV_BLOCKS (128 blocks of 32 tokens on CPU, of 16 on GPU), REPEATS (profile
 # repeats, 3), SERVER_TIMEOUT (600 s), TOKENS (prompt ids LO:HI inside the model's vocabulary,
 # 10:250 for the tiny model's bytes), DEVICE=cpu|gpu (gpu: a CUDA vLLM in .venv-vllm, the same
-# tiny model unless MODEL=a local model directory, LOAD_FORMAT=dummy for random weights).
+# tiny model unless MODEL=a local model directory, LOAD_FORMAT=dummy for random weights), PIN=1|0
+# (CPU pinning, below; ENGINE_CPU=0, CLIENT_CPUS=the others).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -41,6 +42,18 @@ EVOLVE="$ROOT/.venv/bin/evolve"
 # shared with other work this lowers the noise floor, at the others' expense; off by default.
 RUN=(env)
 [ -z "${NICE:-}" ] || RUN=(nice -n "$NICE")
+# CPU pinning (DEVICE=cpu, 2+ CPUs; PIN=0 turns it off): vLLM's engine core (scheduler) and its
+# worker (the model, one OpenMP thread) on ENGINE_CPU, the API server and our client (profile,
+# replay) on the others. Unpinned, the engine core floats, and under a replay's load it waited
+# ~1 s per 3 s run on the run queue behind the API server and the client, while a profile's short
+# bursts never made it wait: the profile and the replay then measured two different engines.
+NCPU=$(nproc)
+PIN=${PIN:-1}
+[ "$NCPU" -ge 2 ] || PIN=0
+ENGINE_CPU=${ENGINE_CPU:-0}
+CLIENT_CPUS=${CLIENT_CPUS:-$( [ "$NCPU" -gt 2 ] && echo "1-$((NCPU - 1))" || echo 1 )}
+CLIENT=(env)
+if [ "$DEVICE" = cpu ] && [ "$PIN" = 1 ]; then CLIENT=(taskset -c "$CLIENT_CPUS"); fi
 
 if [ ! -x .venv/bin/evolve ]; then
   echo "error: no project environment: python3 -m venv .venv && .venv/bin/pip install -e '.[dev,search,workloads]'" >&2
@@ -88,9 +101,14 @@ start_server() {   # $1: fcfs | priority
               --enable-per-request-metrics --enable-prompt-tokens-details --scheduling-policy "$1"
               --block-size "$BLOCK" --num-gpu-blocks-override "$KV_BLOCKS" --enforce-eager)
   [ -z "${LOAD_FORMAT:-}" ] || args+=(--load-format "$LOAD_FORMAT")
-  if [ "$DEVICE" = cpu ]; then
-    # vLLM's default binding: one engine thread pinned to core 0, core 1 left to the API server and
-    # the replay client (an unbound single thread measured a 2x slower decode step on this host)
+  if [ "$DEVICE" = cpu ] && [ "$PIN" = 1 ]; then
+    # everything starts on ENGINE_CPU (the engine core inherits it when the API server spawns it;
+    # the worker's OpenMP thread is bound there by VLLM_CPU_OMP_THREADS_BIND); the API server moves
+    # to CLIENT_CPUS once it answers
+    VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND="$ENGINE_CPU" "${RUN[@]}" taskset -c "$ENGINE_CPU" \
+      .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${args[@]}" >"$log" 2>&1 &
+  elif [ "$DEVICE" = cpu ]; then
+    # vLLM's default binding: the worker's thread on core 0; engine core and API server float
     VLLM_CPU_KVCACHE_SPACE=1 "${RUN[@]}" .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${args[@]}" >"$log" 2>&1 &
   else
     "${RUN[@]}" .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${args[@]}" >"$log" 2>&1 &
@@ -105,16 +123,27 @@ start_server() {   # $1: fcfs | priority
     fi
     sleep 2
   done
+  if [ "$DEVICE" = cpu ] && [ "$PIN" = 1 ]; then
+    taskset -a -p -c "$CLIENT_CPUS" "$SERVER_PID" >/dev/null
+  fi
   echo "vLLM ($1 scheduling) up after $((SECONDS - t0)) s, pid $SERVER_PID"
+  if [ "$DEVICE" = cpu ]; then
+    local kids; kids=$(pgrep -P "$SERVER_PID" || true)
+    for p in "$SERVER_PID" $kids $(for k in $kids; do pgrep -P "$k" || true; done); do
+      echo "  pid $p $(cat /proc/$p/comm 2>/dev/null): CPUs $(taskset -pc "$p" 2>/dev/null | sed 's/.*: //')"
+    done
+  fi
 }
 
 { echo "# vLLM ${VLLM_VERSION} on ${DEVICE}: profile + validate ($(date -u +%FT%TZ))"; echo;
-  echo "host: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"; echo; } >"$LOG"
+  echo "host: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+  if [ "$DEVICE" = cpu ] && [ "$PIN" = 1 ]; then echo "pinning: engine core + worker on CPU $ENGINE_CPU, API server + client on CPUs $CLIENT_CPUS"
+  else echo "pinning: none (vLLM's default: the worker's thread on CPU 0)"; fi; echo; } >"$LOG"
 
 # 2-3. FCFS server, profile
 start_server fcfs
 T=$SECONDS
-"${RUN[@]}" "$EVOLVE" profile --server "$URL" --out "$WORK/profile" --token-range "$TOKENS" --max-num-seqs "$MAX_SEQS" \
+"${RUN[@]}" "${CLIENT[@]}" "$EVOLVE" profile --server "$URL" --out "$WORK/profile" --token-range "$TOKENS" --max-num-seqs "$MAX_SEQS" \
   --max-num-batched-tokens "$MAX_BATCHED" --repeats "$REPEATS" | tee "$WORK/profile.txt"
 echo "profile: $((SECONDS - T)) s wall" | tee -a "$LOG"
 
@@ -181,9 +210,9 @@ validate() {   # $1 label, $2 rate, rest: extra args
   local t=$SECONDS
   # a fresh profile right before each validation: on a shared host the load others put on the
   # CPU drifts from minute to minute, and the model should see the speed the replay will see
-  "${RUN[@]}" "$EVOLVE" profile --server "$URL" --out "$WORK/$label-$rate/profile" --token-range "$TOKENS" \
+  "${RUN[@]}" "${CLIENT[@]}" "$EVOLVE" profile --server "$URL" --out "$WORK/$label-$rate/profile" --token-range "$TOKENS" \
     --max-num-seqs "$MAX_SEQS" --max-num-batched-tokens "$MAX_BATCHED" --repeats "$REPEATS" >"$WORK/$label-$rate.profile.txt"
-  "${RUN[@]}" "$EVOLVE" validate --cell "tinycpu_${rate}" --server "$URL" --token-range "$TOKENS" --noise-floor \
+  "${RUN[@]}" "${CLIENT[@]}" "$EVOLVE" validate --cell "tinycpu_${rate}" --server "$URL" --token-range "$TOKENS" --noise-floor \
     --profile "$WORK/$label-$rate/profile" --out "$WORK/$label-$rate" --quiet "$@"
   { cat "$WORK/$label-$rate/validation.md"; echo
     .venv/bin/python -c "import json, sys; m = json.load(open(sys.argv[1])); print(f'(profile fit error over the measured points: largest {m[\"max_abs_error\"]:.1%}, mean {m[\"mean_abs_error\"]:.1%}; API latency {m[\"api_latency_s\"] * 1e3:.2f} ms;')" "$WORK/$label-$rate/profile/profile.json"

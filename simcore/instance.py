@@ -69,12 +69,9 @@ class Instance:
         self.observers = tuple(observers)
         self.stepping = False
         self._finishing: list[Request] = []
-        # A measured profile's costs of a step's history (perf_measured): the first step after the
-        # engine sat idle, and the decode step after a prefill step, find their data out of cache.
+        # A measured profile's wake-up cost of the first step after the engine sat idle (perf_measured).
         self._wake = getattr(perf, "wake_time", None)
-        self._refill = getattr(perf, "refill_time", None)
         self._last_end = -float("inf")
-        self._last_prefill = 0
 
     @property
     def num_waiting(self) -> int:
@@ -211,11 +208,8 @@ class Instance:
             dt += self.perf.kv_transfer_time(transfer)
         if self._wake is not None and now > self._last_end:
             dt += self._wake(now - self._last_end)
-        elif self._refill is not None and self._last_prefill and n_dec:
-            dt += self._refill(self._last_prefill)
         end = now + dt
         self._last_end = end
-        self._last_prefill = prefill_tokens
         for obs in self.observers:
             obs.on_step(self, now, dt, window, sched, admitted, preempted, prefill_tokens)
 

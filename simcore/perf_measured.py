@@ -38,7 +38,6 @@ PROFILE_FORMAT = "agentservesim-measured-profile/1"
 PREFILL_COLUMNS = ("new_tokens", "context_tokens", "time_s")
 DECODE_COLUMNS = ("batch_size", "context_tokens", "step_s")
 IDLE_COLUMNS = ("engine_idle_s", "wake_s")
-REFILL_COLUMNS = ("new_tokens", "refill_s")
 
 
 class MeasuredProfileError(ConfigError):
@@ -107,7 +106,7 @@ def point_errors(f: MeasuredFit, prefill: pd.DataFrame, decode: pd.DataFrame) ->
     return p, d
 
 
-def _read_csv(path: Path, columns: Sequence[str], min_rows: int = 3, signed: Sequence[str] = ()) -> pd.DataFrame:
+def _read_csv(path: Path, columns: Sequence[str], min_rows: int = 3) -> pd.DataFrame:
     try:
         df = pd.read_csv(path)
     except FileNotFoundError:
@@ -119,9 +118,7 @@ def _read_csv(path: Path, columns: Sequence[str], min_rows: int = 3, signed: Seq
         raise MeasuredProfileError(f"{path}: missing columns {missing}")
     for c in columns:
         vals = pd.to_numeric(df[c], errors="coerce")
-        if vals.isna().any() or not np.isfinite(vals).all():
-            raise MeasuredProfileError(f"{path}: column '{c}' must be finite numbers")
-        if c not in signed and (vals < 0).any():
+        if vals.isna().any() or not np.isfinite(vals).all() or (vals < 0).any():
             raise MeasuredProfileError(f"{path}: column '{c}' must be finite numbers >= 0")
         df[c] = vals
     if len(df) < min_rows:
@@ -149,24 +146,6 @@ def read_tables(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return _read_csv(folder / "prefill.csv", PREFILL_COLUMNS), _read_csv(folder / "decode.csv", DECODE_COLUMNS)
 
 
-def fit_refill(refill: pd.DataFrame) -> float:
-    """Seconds per prefill token that the decode steps after a prefill step pay (refill.csv):
-    least squares through the origin, >= 0 (a refill cost that grows with what the prefill evicted)."""
-    n = refill["new_tokens"].to_numpy(float)
-    y = refill["refill_s"].to_numpy(float)
-    den = float((n * n).sum())
-    return max(0.0, float((n * y).sum()) / den) if den > 0 else 0.0
-
-
-def read_refill(folder: str | Path) -> float | None:
-    """The refill cost per prefill token of a profile directory, or None if it has no refill.csv."""
-    path = Path(folder) / "refill.csv"
-    if not path.exists():
-        return None
-    # a median refill may come out slightly negative (timing noise around a small cost); the fit is >= 0
-    return fit_refill(_read_csv(path, REFILL_COLUMNS, min_rows=1, signed=("refill_s",)))
-
-
 def read_wake(folder: str | Path) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
     """idle.csv's wake-up curve: (engine idle s, extra s of the first step after it), starting at
     (0, 0), made non-decreasing (a longer idle period cannot make the next step cheaper; the
@@ -188,10 +167,9 @@ class MeasuredPerf:
 
     def __init__(self, fitted: MeasuredFit, kv_bytes_per_token: int, tp: int, host_link_gbs: float,
                  folder: Path | None = None,
-                 wake: tuple[Sequence[float], Sequence[float]] | None = None, refill_per_token: float | None = None) -> None:
+                 wake: tuple[Sequence[float], Sequence[float]] | None = None) -> None:
         self.fit = fitted
         self.wake = wake
-        self.refill_per_token = refill_per_token or 0.0
         self.folder = folder
         self.parts = {"prefill": "measured", "decode": "measured"}
         self._kv_bytes = kv_bytes_per_token
@@ -232,13 +210,6 @@ class MeasuredPerf:
             return 0.0
         return float(np.interp(idle_s, self.wake[0], self.wake[1]))
 
-    def refill_time(self, prefill_tokens: int) -> float:
-        """Extra time of the decode steps that follow a step which computed `prefill_tokens` prefill
-        tokens (refill.csv: the prefill's activations evict the decode batch's working set from
-        the caches; a lone request's time to first token does not show it). Charged once, to the
-        next step that decodes."""
-        return self.refill_per_token * prefill_tokens
-
     def kv_transfer_time(self, tokens: int) -> float:
         return tokens * self._kv_bytes / self._tp / self._host_bps
 
@@ -254,14 +225,13 @@ def resolve(folder: str | Path) -> Path:
 def _load(folder: str, mtime_ns: int, kv_bytes: int, tp: int, host_gbs: float) -> MeasuredPerf:
     read_meta(folder)
     prefill, decode = read_tables(folder)
-    return MeasuredPerf(fit(prefill, decode), kv_bytes, tp, host_gbs, Path(folder), read_wake(folder),
-                        read_refill(folder))
+    return MeasuredPerf(fit(prefill, decode), kv_bytes, tp, host_gbs, Path(folder), read_wake(folder))
 
 
 def load_measured(folder: str | Path, kv_bytes_per_token: int, tp: int = 1, host_link_gbs: float = 25.0) -> MeasuredPerf:
     """The measured step timer of a profile directory (cached; reloaded when its tables change)."""
     p = resolve(folder)
-    tables = [p / f for f in ("prefill.csv", "decode.csv", "idle.csv", "refill.csv") if (p / f).exists()]
+    tables = [p / f for f in ("prefill.csv", "decode.csv", "idle.csv") if (p / f).exists()]
     mtime = max((t.stat().st_mtime_ns for t in tables), default=0)
     return _load(str(p), mtime, int(kv_bytes_per_token), int(tp), float(host_link_gbs))
 

@@ -295,17 +295,16 @@ async def _profile(args: argparse.Namespace) -> int:
                       console=console) as bar:
             task = bar.add_task("profile", total=n_points)
             prof.on_point = lambda what: bar.update(task, advance=1, description=what)
-            prefill, decode, idle, refill, skipped = await prof.run()
+            prefill, decode, idle, skipped = await prof.run()
     for s in skipped:
         console.print(f"[yellow]skipped:[/] {s}", highlight=False)
     engine = {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
               "block_size": info.block_size}
-    res = write_profile(Path(args.out), info, grid, prefill, decode, args.tolerance, engine, skipped, idle, refill)
+    res = write_profile(Path(args.out), info, grid, prefill, decode, args.tolerance, engine, skipped, idle)
     if args.json:
         print(json.dumps({"prefill": json.loads(res["prefill"].to_json(orient="records")),
                           "decode": json.loads(res["decode"].to_json(orient="records")),
                           "idle": json.loads(res["idle"].to_json(orient="records")) if len(res["idle"]) else [],
-                          "refill": json.loads(res["refill"].to_json(orient="records")) if len(res["refill"]) else [],
                           "meta": res["meta"], "profile_dir": str(Path(args.out).resolve())}, default=str))
         return 0
     _print_profile(res, args.tolerance)
@@ -349,15 +348,6 @@ def _print_profile(res: dict[str, Any], tol: float) -> None:
             t.add_row(f"{r.gap_s * 1e3:g}", ms(r.engine_idle_s), ms(r.engine_ttft_s), ms(getattr(r, "wake_s", None)),
                       ms(r.api_latency_s), str(r.samples))
         out_console.print(t)
-    refill = res.get("refill")
-    if refill is not None and len(refill):
-        t = Table(title="decode steps after a prefill: their time beyond the steady step (refill)")
-        for col in ("prefill tokens N", "refill ms", "min-max ms", "fit ms", "samples"):
-            t.add_column(col, justify="right")
-        for r in refill.itertuples():
-            t.add_row(str(int(r.new_tokens)), f"{r.refill_s * 1e3:.2f}", f"{r.min_s * 1e3:.2f}-{r.max_s * 1e3:.2f}",
-                      f"{r.fit_s * 1e3:.2f}", str(r.samples))
-        out_console.print(t)
     if meta.get("api_latency_s"):
         out_console.print(f"API latency per call (client send -> stream closed, minus the engine's queued -> last "
                           f"token; median): {meta['api_latency_s'] * 1e3:.2f} ms; `evolve validate` adds it to every "
@@ -366,8 +356,6 @@ def _print_profile(res: dict[str, Any], tol: float) -> None:
     a, b = f["a"], f["b"]
     out_console.print(f"fit: prefill = {a[0] * 1e3:.3f} ms + {a[1] * 1e6:.3f} us x N + {a[2] * 1e9:.4f} ns x N(C+N/2); "
                       f"decode step = {b[0] * 1e3:.3f} ms + {b[1] * 1e6:.3f} us x B + {b[2] * 1e9:.4f} ns x B L"
-                      + (f"; refill after a prefill = {meta['refill_per_token_s'] * 1e6:.3f} us x N"
-                         if meta.get("refill_per_token_s") is not None else "")
                       + (f"; wake-up after idle up to {meta['wake_s_max'] * 1e3:.2f} ms" if meta.get("wake_s_max") else ""),
                       highlight=False)
     n = len(p) + len(d)

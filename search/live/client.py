@@ -16,7 +16,7 @@ import re
 import resource
 from dataclasses import dataclass, field
 from types import EllipsisType
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -291,11 +291,9 @@ class ServerClient:
     # ------------------------------------------------------------------ requests
     async def stream_completion(self, prompt_ids: list[int], max_tokens: int, extra_body: dict[str, Any] | None = None,
                                 headers: dict[str, str] | None = None,
-                                stream_interval: int | str | None | EllipsisType = ...,
-                                on_tokens: Callable[[int], None] | None = None) -> StreamResult:
+                                stream_interval: int | str | None | EllipsisType = ...) -> StreamResult:
         """Send one streamed completion and time it. Any failure is a one-line LiveError.
-        `stream_interval` overrides the client's for this request (same meaning as in __init__);
-        `on_tokens` is called with the number of tokens received so far as each chunk arrives."""
+        `stream_interval` overrides the client's for this request (same meaning as in __init__)."""
         body: dict[str, Any] = {"model": self.model, "prompt": prompt_ids, "max_tokens": int(max_tokens),
                                 "min_tokens": int(max_tokens), "ignore_eos": True, "temperature": 0.0,
                                 "stream": True, "stream_options": {"include_usage": True},
@@ -346,8 +344,6 @@ class ServerClient:
                             out.extend(int(t) for t in ids)
                             times.append(now)
                             counts.append(len(ids))
-                            if on_tokens is not None:
-                                on_tokens(len(out))
                         if ch.get("finish_reason"):
                             res.finish_reason = ch["finish_reason"]
                     usage = chunk.get("usage")

@@ -32,7 +32,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from simcore.perf_measured import PROFILE_FORMAT, fit, fit_refill, point_errors
+from simcore.perf_measured import PROFILE_FORMAT, fit, point_errors
 
 from .client import LiveError, ServerClient, ServerInfo, metric_value
 
@@ -45,14 +45,6 @@ PREFILL_PER_REPEAT = 3
 IDLE_GAPS = (0.0, 0.005, 0.02, 0.05, 0.2)
 IDLE_PROMPT_TOKENS = 256     # a mid-sized agent call
 IDLE_OUTPUT_TOKENS = 8       # a first chunk, a last chunk, usage, [DONE]: a replay call's stream
-# Refill: a prefill of N tokens joins one decoding stream; the stream's next REFILL_STEPS steps
-# run slower than its steady steps before (the prefill evicted the decode's working set from the
-# caches), which a lone request's time to first token never shows.
-REFILL_TOKENS = (16, 256, 1024)
-REFILL_STEPS = 5
-REFILL_BACKGROUND = (256, 200)   # the decoding stream: context, tokens
-REFILL_SPACING_S = 0.03          # between prefills joining it (the refill lasts a few steps)
-REFILL_STREAMS = 4               # per repeat; each takes every size twice
 
 
 @dataclass
@@ -70,8 +62,6 @@ class Grid:
     # Client-side idle gaps before the lone requests that measure the engine's wake-up cost and
     # the per-call API latency (seconds; empty: not measured).
     idle_gaps: list[float] = field(default_factory=lambda: list(IDLE_GAPS))
-    # Prefill sizes whose refill cost (the decode steps after a prefill) is measured (empty: not).
-    refill_tokens: list[int] = field(default_factory=lambda: list(REFILL_TOKENS))
 
 
 def default_grid(info: ServerInfo, max_num_batched_tokens: int, max_num_seqs: int, repeats: int,
@@ -141,42 +131,6 @@ class Profiler:
             engine = (res.queue_s or 0.0) + res.server_ttft_s + res.server_decode_s
         return res.end_s - res.sent_s, res.server_ttft_s, engine
 
-    async def refill_stream(self, r: int, sizes: list[int]) -> list[tuple[int, float]]:
-        """One decoding stream (per-token chunks) that prefills of `sizes` fresh tokens join one after
-        another, REFILL_SPACING_S apart: for each, the stream's next REFILL_STEPS inter-token gaps
-        minus as many of its steady gaps just before (seconds). Gaps whose chunks the server merged
-        (a lagging output path) are not used."""
-        ctx, tokens = REFILL_BACKGROUND
-        steady = asyncio.Event()
-
-        def on_tokens(k: int) -> None:
-            if k >= 10:
-                steady.set()
-
-        bg = asyncio.create_task(self.client.stream_completion(self._ids(ctx, 9, r), tokens, stream_interval=None,
-                                                               on_tokens=on_tokens))
-        waiter = asyncio.create_task(steady.wait())
-        await asyncio.wait([bg, waiter], return_when=asyncio.FIRST_COMPLETED)
-        waiter.cancel()
-        joined = []
-        for j, n in enumerate(sizes):
-            if bg.done():
-                break
-            inj = await self.client.stream_completion(self._ids(n, 10, r, j), 1, stream_interval=None)
-            joined.append((n, inj.first_token_s))
-            await asyncio.sleep(REFILL_SPACING_S)
-        res = await bg
-        t = np.asarray(res.chunk_times)
-        single = np.asarray(res.chunk_tokens) == 1
-        gaps = np.diff(t)
-        out = []
-        for n, first in joined:
-            m = int(np.argmin(np.abs(t - first)))   # the stream's chunk of the step that ran the prefill
-            if m < 7 or m + REFILL_STEPS >= len(t) or not single[m - 8:m + REFILL_STEPS + 1].all():
-                continue
-            out.append((n, float(gaps[m:m + REFILL_STEPS].sum() - REFILL_STEPS * np.median(gaps[m - 8:m - 2]))))
-        return out
-
     async def decode_sample(self, b: int, ctx: int, r: int) -> tuple[float, float] | None:
         """(mean steady-state inter-token gap s, mean context of the gaps used), or None."""
         prompts = [self._ids(ctx, b, ctx, r, j) for j in range(b)]
@@ -238,29 +192,17 @@ class Profiler:
         """How many measurements run() makes (for a progress bar)."""
         pre, dec, _ = self.plan()
         g = self.grid
-        return g.repeats * (PREFILL_PER_REPEAT * (len(pre) + len(g.idle_gaps)) + len(dec)
-                            + (REFILL_STREAMS if self.refill_points() else 0))
+        return g.repeats * (PREFILL_PER_REPEAT * (len(pre) + len(g.idle_gaps)) + len(dec))
 
-    def refill_points(self) -> list[int]:
-        info = self.client.info
-        ctx, tokens = REFILL_BACKGROUND
-        mml = info.max_model_len if info and info.max_model_len else None
-        pool = info.kv_pool_tokens if info and info.kv_pool_tokens else None
-        room = min(x for x in (mml, pool - ctx - tokens - 64 if pool else None) if x is not None) if (mml or pool) else None
-        if mml is not None and ctx + tokens + 1 > mml:
-            return []
-        return [n for n in self.grid.refill_tokens if room is None or n + 1 < room]
-
-    async def run(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
+    async def run(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
         """Every point once per round, `repeats` rounds: a burst of load on a shared machine then
         spoils one sample of several points (which the median drops), not every sample of one.
-        Returns the prefill, decode, idle and refill tables and the points skipped."""
+        Returns the prefill, decode and idle tables and the points skipped."""
         g = self.grid
         prefill_points, decode_points, skipped = self.plan()
         pre: dict[tuple[int, int], list[tuple[float, float | None, float | None, int]]] = {p: [] for p in prefill_points}
         dec: dict[tuple[int, int], list[tuple[float, float]]] = {p: [] for p in decode_points}
         idle: dict[float, list[tuple[float, float | None, float | None]]] = {x: [] for x in g.idle_gaps}
-        refill: dict[int, list[float]] = {n: [] for n in self.refill_points()}
         for r in range(PREFILL_PER_REPEAT * g.repeats):
             for n, c in prefill_points:
                 pre[(n, c)].append(await self.prefill_sample(n, c, r))
@@ -270,13 +212,6 @@ class Profiler:
                 idle[gap].append(await self.idle_sample(gap, r))
                 if self.on_point:
                     self.on_point(f"round {r + 1}: call after {gap * 1e3:g} ms idle")
-            if r % PREFILL_PER_REPEAT == 0 and refill:
-                for k in range(REFILL_STREAMS):
-                    sizes = list(refill)
-                    for n, x in await self.refill_stream(r * REFILL_STREAMS + k, sizes[k % 2::] + sizes[:k % 2] + sizes):
-                        refill[n].append(x)
-                    if self.on_point:
-                        self.on_point(f"round {r // PREFILL_PER_REPEAT + 1}: decode steps after prefills")
             if r % PREFILL_PER_REPEAT:
                 continue
             for b, ctx in decode_points:
@@ -308,10 +243,7 @@ class Profiler:
             decode_rows.append({"batch_size": b, "context_tokens": float(np.mean([x[1] for x in rep])),
                                 "step_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts),
                                 "samples": len(ts)})
-        refill_rows = [{"new_tokens": n, "refill_s": statistics.median(v), "min_s": min(v), "max_s": max(v),
-                        "samples": len(v), "steps": REFILL_STEPS} for n, v in refill.items() if v]
-        return (pd.DataFrame(prefill_rows), pd.DataFrame(decode_rows), idle_table(idle),
-                pd.DataFrame(refill_rows, columns=["new_tokens", "refill_s", "min_s", "max_s", "samples", "steps"]), skipped)
+        return pd.DataFrame(prefill_rows), pd.DataFrame(decode_rows), idle_table(idle), skipped
 
 
 def idle_table(samples: dict[float, list[tuple[float, float | None, float | None]]]) -> pd.DataFrame:
@@ -344,9 +276,8 @@ def _atomic_write(path: Path, text: str) -> None:
 
 def write_profile(out: Path, info: ServerInfo, grid: Grid, prefill: pd.DataFrame, decode: pd.DataFrame,
                   tolerance: float, engine: dict[str, Any], skipped: list[str],
-                  idle: pd.DataFrame | None = None, refill: pd.DataFrame | None = None) -> dict[str, Any]:
-    """Fit, write prefill.csv / decode.csv (with fit_s and error per point), idle.csv, refill.csv
-    and profile.json."""
+                  idle: pd.DataFrame | None = None) -> dict[str, Any]:
+    """Fit, write prefill.csv / decode.csv (with fit_s and error per point), idle.csv and profile.json."""
     if len(prefill) < 3 or len(decode) < 3:
         raise LiveError(f"too few measured points to fit (prefill {len(prefill)}, decode {len(decode)}; need 3 each): "
                         "widen the grids")
@@ -360,15 +291,10 @@ def write_profile(out: Path, info: ServerInfo, grid: Grid, prefill: pd.DataFrame
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write(out / "prefill.csv", p.to_csv(index=False))
     _atomic_write(out / "decode.csv", d.to_csv(index=False))
-    refill = refill if refill is not None else pd.DataFrame()
-    rho = fit_refill(refill) if len(refill) else None
-    if rho is not None:
-        refill = refill.assign(fit_s=rho * refill["new_tokens"])
-    for name, table in (("idle.csv", idle), ("refill.csv", refill)):
-        if len(table):
-            _atomic_write(out / name, table.to_csv(index=False))
-        elif (out / name).exists():
-            (out / name).unlink()   # a stale table of an earlier profile must not time this one
+    if len(idle):
+        _atomic_write(out / "idle.csv", idle.to_csv(index=False))
+    elif (out / "idle.csv").exists():
+        (out / "idle.csv").unlink()   # a stale table of an earlier profile must not time this one
     meta = {
         "format": PROFILE_FORMAT,
         "server": info.url, "model": info.model, "server_version": info.version,
@@ -387,18 +313,15 @@ def write_profile(out: Path, info: ServerInfo, grid: Grid, prefill: pd.DataFrame
         # the older, narrower figure: client TTFT - engine TTFT - queue of the lone prefill requests
         "api_latency_first_token_s": float(lat.median()) if server_timed else None,
         "wake_s_max": float(idle["wake_s"].max()) if "wake_s" in idle and len(idle) else None,
-        "refill_per_token_s": rho,
         "method": "black-box: prefill = time to first token of a lone request over a cached prefix (the server's "
                   "scheduled -> first token where it reports per-request metrics, else the client's), sent right "
                   "after the previous one; decode step = mean inter-token gap while B streams decode together "
                   "(median over repeats); idle.csv: a replay-shaped call after an idle gap: wake_s = its engine "
                   "TTFT minus the back-to-back one, api_latency_s = client send -> stream closed minus the "
-                  "engine's queued -> last token (HTTP, input processing, IPC, streaming), median; refill.csv: "
-                  f"a prefill of N fresh tokens joins one decoding stream, refill_s = its next {REFILL_STEPS} "
-                  "inter-token gaps minus as many steady ones before (median), fitted per prefill token",
+                  "engine's queued -> last token (HTTP, input processing, IPC, streaming), median",
     }
     _atomic_write(out / "profile.json", json.dumps(meta, indent=2) + "\n")
-    return {"meta": meta, "prefill": p, "decode": d, "idle": idle, "refill": refill}
+    return {"meta": meta, "prefill": p, "decode": d, "idle": idle}
 
 
 async def idle_check(client: ServerClient) -> str | None:

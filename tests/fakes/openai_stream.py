@@ -16,10 +16,9 @@ Two timing modes:
                seconds and emits one token per running request; the prefix cache keeps
                every finished request's full blocks. The step's history costs what a CPU
                host's caches cost a real engine: the first step after the loop sat idle
-               for more than `wake_after_s` takes `wake_s` longer, and a step with decodes
-               right after a step that prefilled P tokens takes `refill_s_per_token * P`
-               longer. `api_in_s` / `api_out_s` delay every request on its way to the
-               engine and its stream's close (an API server's HTTP, input processing, IPC).
+               for more than `wake_after_s` takes `wake_s` longer. `api_in_s` / `api_out_s`
+               delay every request on its way to the engine and its stream's close (an API
+               server's HTTP, input processing, IPC).
 Switches make it a broken server: `token_prompts=False` (rejects token-id prompts),
 `streaming=False` (answers JSON even when asked to stream), `token_ids=False` (no
 `token_ids` in chunks), `metrics=False` (no /metrics).
@@ -72,14 +71,14 @@ class FakeServer:
                  block_size: int = 16, kv_pool_tokens: int = 1 << 20, vocab: int = 1000,
                  token_prompts: bool = True, streaming: bool = True, token_ids: bool = True,
                  metrics: bool = True, wake_s: float = 0.0, wake_after_s: float = 0.005,
-                 refill_s_per_token: float = 0.0, api_in_s: float = 0.0, api_out_s: float = 0.0) -> None:
+                 api_in_s: float = 0.0, api_out_s: float = 0.0) -> None:
         self.model, self.max_model_len, self.mode = model, max_model_len, mode
         self.ttft_s, self.tpot_s, self.prefill_s_per_token = ttft_s, tpot_s, prefill_s_per_token
         self.step_time = step_time or (lambda prefills, n, kv: 0.005)
         self.max_num_seqs, self.priority = max_num_seqs, priority
         self.block_size, self.kv_pool_tokens, self.vocab = block_size, kv_pool_tokens, vocab
         self.token_prompts, self.streaming, self.token_ids, self.metrics = token_prompts, streaming, token_ids, metrics
-        self.wake_s, self.wake_after_s, self.refill_s_per_token = wake_s, wake_after_s, refill_s_per_token
+        self.wake_s, self.wake_after_s = wake_s, wake_after_s
         self.api_in_s, self.api_out_s = api_in_s, api_out_s
         self.requests: list[Recorded] = []
         self.counters = {"queries": 0, "hits": 0, "prompt": 0, "generation": 0, "success": 0, "queue_sum": 0.0}
@@ -306,7 +305,7 @@ class FakeServer:
 
     async def _engine(self) -> None:
         assert self._wake is not None
-        last_end, last_prefill = -1e9, 0
+        last_end = -1e9
         while True:
             if not self._running and not self._waiting:
                 self._wake.clear()
@@ -324,11 +323,8 @@ class FakeServer:
             dt = self.step_time(prefills, len(decoding), kv)
             if now - last_end > self.wake_after_s:
                 dt += self.wake_s
-            elif decoding:
-                dt += self.refill_s_per_token * last_prefill
             await asyncio.sleep(dt)
             end = last_end = time.monotonic()
-            last_prefill = sum(n for n, _ in prefills)
             self._running.extend(new)
             for req in decoding + new:
                 if self._emit(req, end):
