@@ -17,7 +17,9 @@
 # repeats, 3), SERVER_TIMEOUT (600 s), TOKENS (prompt ids LO:HI inside the model's vocabulary,
 # 10:250 for the tiny model's bytes), DEVICE=cpu|gpu (gpu: a CUDA vLLM in .venv-vllm, the same
 # tiny model unless MODEL=a local model directory, LOAD_FORMAT=dummy for random weights), PIN=1|0
-# (CPU pinning, below; ENGINE_CPU=0, CLIENT_CPUS=the others).
+# (CPU pinning, below; ENGINE_CPU=0, CLIENT_CPUS=the others), TRACE=1 (diagnostic: the server
+# records every engine step, scripts/vllm_trace/, and summary.md gets, per validation, the
+# replay's steps against the profile's model of them and the per-call API path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -95,6 +97,12 @@ fi
 
 start_server() {   # $1: fcfs | priority
   local log="$WORK/server-$1.log" t0=$SECONDS
+  local trace=(env)
+  if [ "${TRACE:-0}" = 1 ]; then
+    TRACE_DIR="$WORK/trace-$1"
+    mkdir -p "$TRACE_DIR"
+    trace=(env PYTHONPATH="$ROOT/scripts/vllm_trace" VLLM_STEP_TRACE_DIR="$TRACE_DIR")
+  fi
   # a small KV pool (memory pressure); eager: nothing is compiled in the middle of a measured replay
   local args=(--model "$MODEL" --host 127.0.0.1 --port "$PORT" --max-model-len "$MAX_MODEL_LEN"
               --max-num-seqs "$MAX_SEQS" --max-num-batched-tokens "$MAX_BATCHED" --enable-prefix-caching
@@ -105,13 +113,13 @@ start_server() {   # $1: fcfs | priority
     # everything starts on ENGINE_CPU (the engine core inherits it when the API server spawns it;
     # the worker's OpenMP thread is bound there by VLLM_CPU_OMP_THREADS_BIND); the API server moves
     # to CLIENT_CPUS once it answers
-    VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND="$ENGINE_CPU" "${RUN[@]}" taskset -c "$ENGINE_CPU" \
+    VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND="$ENGINE_CPU" "${trace[@]}" "${RUN[@]}" taskset -c "$ENGINE_CPU" \
       .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${args[@]}" >"$log" 2>&1 &
   elif [ "$DEVICE" = cpu ]; then
     # vLLM's default binding: the worker's thread on core 0; engine core and API server float
-    VLLM_CPU_KVCACHE_SPACE=1 "${RUN[@]}" .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${args[@]}" >"$log" 2>&1 &
+    VLLM_CPU_KVCACHE_SPACE=1 "${trace[@]}" "${RUN[@]}" .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${args[@]}" >"$log" 2>&1 &
   else
-    "${RUN[@]}" .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${args[@]}" >"$log" 2>&1 &
+    "${trace[@]}" "${RUN[@]}" .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${args[@]}" >"$log" 2>&1 &
   fi
   SERVER_PID=$!
   until curl -sf "$URL/v1/models" >/dev/null; do
@@ -217,6 +225,10 @@ validate() {   # $1 label, $2 rate, rest: extra args
   { cat "$WORK/$label-$rate/validation.md"; echo
     .venv/bin/python -c "import json, sys; m = json.load(open(sys.argv[1])); print(f'(profile fit error over the measured points: largest {m[\"max_abs_error\"]:.1%}, mean {m[\"mean_abs_error\"]:.1%}; API latency {m[\"api_latency_s\"] * 1e3:.2f} ms;')" "$WORK/$label-$rate/profile/profile.json"
     echo " $((SECONDS - t)) s wall for the profile, two replays and the simulation; load average $(cut -d' ' -f1 /proc/loadavg))"; echo; } >>"$LOG"
+  if [ "${TRACE:-0}" = 1 ]; then
+    sleep 1   # the tracer flushes at least every 0.2 s
+    .venv/bin/python scripts/vllm_trace/analyze.py "$TRACE_DIR" "$WORK/$label-$rate" >>"$LOG" || true
+  fi
 }
 
 # 5a. FCFS at two rates
