@@ -213,9 +213,25 @@ prof = json.loads((work / "profile" / "profile.json").read_text())
 EOF
 "$EVOLVE" workload stats "$AGENTSERVESIM_CONFIGS/tiny_swe.jsonl" | tee -a "$WORK/profile.txt"
 
+# The host's own speed: a fixed pure-Python loop on the client's CPU, timed 15 times (median and
+# slowest, ms) while nothing of ours runs. On the shared VM host of docs/validation.md such a loop
+# ran up to 75 % slower in phases of seconds with none of our processes running: a phase between a
+# profile and a replay is error the simulator cannot know about.
+host_speed() {
+  taskset -c "${CLIENT_CPUS:-0}" python3 -c "
+import time, statistics
+def unit():
+    s = 0
+    for i in range(100000): s += i * i % 7
+xs = []
+for _ in range(15):
+    t = time.perf_counter(); unit(); xs.append((time.perf_counter() - t) * 1e3); time.sleep(0.02)
+print(f'{statistics.median(xs):.1f} ms (slowest {max(xs):.1f})')" 2>/dev/null || echo n/a
+}
+
 validate() {   # $1 label, $2 rate, rest: extra args
   local label=$1 rate=$2; shift 2
-  local t=$SECONDS
+  local t=$SECONDS speed0; speed0=$(host_speed)
   # a fresh profile right before each validation: on a shared host the load others put on the
   # CPU drifts from minute to minute, and the model should see the speed the replay will see
   "${RUN[@]}" "${CLIENT[@]}" "$EVOLVE" profile --server "$URL" --out "$WORK/$label-$rate/profile" --token-range "$TOKENS" \
@@ -224,7 +240,8 @@ validate() {   # $1 label, $2 rate, rest: extra args
     --profile "$WORK/$label-$rate/profile" --out "$WORK/$label-$rate" --quiet "$@"
   { cat "$WORK/$label-$rate/validation.md"; echo
     .venv/bin/python -c "import json, sys; m = json.load(open(sys.argv[1])); print(f'(profile fit error over the measured points: largest {m[\"max_abs_error\"]:.1%}, mean {m[\"mean_abs_error\"]:.1%}; API latency {m[\"api_latency_s\"] * 1e3:.2f} ms;')" "$WORK/$label-$rate/profile/profile.json"
-    echo " $((SECONDS - t)) s wall for the profile, two replays and the simulation; load average $(cut -d' ' -f1 /proc/loadavg))"; echo; } >>"$LOG"
+    echo " $((SECONDS - t)) s wall for the profile, two replays and the simulation; load average $(cut -d' ' -f1 /proc/loadavg);"
+    echo " host speed probe before: $speed0, after: $(host_speed))"; echo; } >>"$LOG"
   if [ "${TRACE:-0}" = 1 ]; then
     sleep 1   # the tracer flushes at least every 0.2 s
     .venv/bin/python scripts/vllm_trace/analyze.py "$TRACE_DIR" "$WORK/$label-$rate" >>"$LOG" || true
