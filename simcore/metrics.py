@@ -121,61 +121,36 @@ def collect(cell: Cell, pcbs: Sequence[PCB], recorder: MetricsRecorder, policies
         "host_hit_tokens": [q.host_hit_tokens for q in r],
         "preemptions": [q.preemptions for q in r],
     })
-    calls["queueing_s"] = calls["first_scheduled_s"] - calls["release_s"]
-    calls["ttft_s"] = calls["first_token_s"] - calls["release_s"]
-    calls["e2e_s"] = calls["finish_s"] - calls["release_s"]
-    denom = (calls["output_tokens"] - 1).where(calls["output_tokens"] > 1)
-    calls["tpot_s"] = (calls["finish_s"] - calls["first_token_s"]) / denom
+    calls = add_call_latencies(calls)
 
     instances = recorder.instances
     timelines = [pd.DataFrame({"t_s": i.t, "kv_utilization": i.kv_utilization}) for i in instances]
-    start = float(programs["arrival_s"].min())
-    end = float(programs["finish_s"].max())
-    makespan = end - start
-    jct = programs["jct_s"].to_numpy()
-    out_tok = int(calls["output_tokens"].sum())
-    busy = sum(i.busy_s for i in instances)
+    summary = frame_summary(programs, calls)
+    makespan = summary["makespan_s"]
     hw = cell.hardware
     # Energy: each GPU draws its max board power while a step runs, idle power otherwise.
     gpus = cell.tp
     energy_j = sum(gpus * (i.busy_s * hw.power_max_w + max(0.0, makespan - i.busy_s) * hw.power_idle_w)
                    for i in instances)
-    prompt_tok = int(calls["prompt_tokens"].sum())
-    summary = {
-        "programs": len(pcbs),
-        "calls": len(r),
-        "mean_jct_s": float(jct.mean()),
-        "p50_jct_s": _pct(jct, 50),
-        "p90_jct_s": _pct(jct, 90),
-        "p99_jct_s": _pct(jct, 99),
-        "makespan_s": makespan,
-        "mean_queueing_s": float(calls["queueing_s"].mean()),
-        "mean_ttft_s": float(calls["ttft_s"].mean()),
-        "mean_tpot_s": float(calls["tpot_s"].mean()),
-        "mean_e2e_s": float(calls["e2e_s"].mean()),
-        "preemptions": int(programs["preemptions"].sum()),
-        "prefix_hit_rate": float(calls["prefix_hit_tokens"].sum() + calls["host_hit_tokens"].sum()) / max(1, prompt_tok),
-        "prompt_tokens": prompt_tok,
-        "output_tokens": out_tok,
+    summary.update({
         "prefill_tokens_computed": int(sum(i.prefill_tokens for i in instances)),
-        "throughput_tok_s": out_tok / makespan if makespan > 0 else float("nan"),
         "mean_kv_utilization": float(np.mean([np.mean(i.kv_utilization) for i in instances if i.kv_utilization]
                                               or [0.0])),
-        "busy_s": busy,
+        "busy_s": sum(i.busy_s for i in instances),
         "energy_kj": energy_j / 1000.0,
         "engine_steps": int(sum(i.steps for i in instances)),
         "events": events,
         "wall_s": wall_s,
-    }
+    })
     return SimResult(cell=cell.name, policies=policies, seed=seed, programs=programs, calls=calls,
                      kv_timeline=timelines, summary=summary)
 
 
-# -- the same figures from the written frames (used for runs measured outside the engine,
-#    e.g. `evolve replay` against a real server; tests check they agree with collect()) --------
+# -- figures defined on the frames alone: collect() uses them, and so do runs measured outside
+#    the engine (`evolve replay` against a real server) --------------------------------------
 
 def add_call_latencies(calls: pd.DataFrame) -> pd.DataFrame:
-    """queueing_s, ttft_s, e2e_s, tpot_s from a calls frame's timestamps, as collect() defines them."""
+    """queueing_s, ttft_s, e2e_s, tpot_s from a calls frame's timestamps."""
     calls = calls.copy()
     calls["queueing_s"] = calls["first_scheduled_s"] - calls["release_s"]
     calls["ttft_s"] = calls["first_token_s"] - calls["release_s"]
@@ -186,7 +161,7 @@ def add_call_latencies(calls: pd.DataFrame) -> pd.DataFrame:
 
 
 def frame_summary(programs: pd.DataFrame, calls: pd.DataFrame) -> dict[str, Any]:
-    """The summary keys that depend only on programs.csv / calls.csv (same definitions as collect())."""
+    """The summary keys that depend only on programs.csv / calls.csv."""
     jct = programs["jct_s"].to_numpy(float)
     makespan = float(programs["finish_s"].max() - programs["arrival_s"].min()) if len(programs) else float("nan")
     out_tok = int(calls["output_tokens"].sum())

@@ -8,6 +8,15 @@ from simcore.workload import Call, Program
 
 ROOT = Path(__file__).resolve().parent.parent
 LISTINGS = ROOT / "tests" / "data" / "listings"
+
+# The deployable observation schema (DESIGN §2, "Causal observation boundary"), written out
+# on purpose: simcore/pcb.py is its one definition, and adding a field there must be a
+# conscious decision that also changes this line (tests compare the two).
+EXPECTED_PCB_FIELDS = frozenset({
+    "program_id", "arrival_s", "turn_index", "turns_completed", "attained_service_s", "context_tokens",
+    "last_instance", "kv_resident", "kv_resident_tokens", "kv_protected", "protect_until", "kv_tier",
+    "tool_name", "gap_started_s", "release_s", "returned_tool_durations", "returned_tool_names",
+    "completed_output_tokens", "completed_prompt_tokens"})
 SHARED = ROOT.parent / "shared" / "reference"
 
 

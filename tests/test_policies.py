@@ -6,18 +6,17 @@ import dataclasses
 import pytest
 
 from simcore.pcb import OBSERVABLE_INSTANCE_FIELDS, OBSERVABLE_PCB_FIELDS, InstanceView, ProgramView, Signals
-from simcore.policies.base import (PolicyError, RetentionPolicy, RoutingPolicy, SchedulingPolicy,
-                                   parse_priority, parse_retention)
+from simcore.policies.base import (
+    PolicyError,
+    RetentionPolicy,
+    RoutingPolicy,
+    SchedulingPolicy,
+    parse_priority,
+    parse_retention,
+)
 from simcore.policies.registry import AXES, load_policy, policy_names
 from simcore.sim import simulate
-
-from tests.helpers import LISTINGS
-
-EXPECTED_PCB_FIELDS = {
-    "program_id", "arrival_s", "turn_index", "turns_completed", "attained_service_s", "context_tokens",
-    "last_instance", "kv_resident", "kv_resident_tokens", "kv_protected", "protect_until", "kv_tier",
-    "tool_name", "gap_started_s", "release_s", "returned_tool_durations", "returned_tool_names",
-    "completed_output_tokens", "completed_prompt_tokens"}
+from tests.helpers import EXPECTED_PCB_FIELDS, LISTINGS
 
 
 def test_observation_schema_is_the_allow_list():

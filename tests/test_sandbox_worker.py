@@ -22,20 +22,20 @@ from sandbox.process import REQUIRED_LAYERS, worker_config
 from sandbox.wire import ViewEncoder, select_fields
 from sandbox.worker import serve as S
 from sandbox.worker import views as W
-from simcore.pcb import (OBSERVABLE_INSTANCE_FIELDS, OBSERVABLE_PCB_FIELDS, OBSERVABLE_SIGNAL_FIELDS, InstanceView,
-                         ProgramView, Signals, observation_schema)
+from simcore.pcb import (
+    OBSERVABLE_INSTANCE_FIELDS,
+    OBSERVABLE_PCB_FIELDS,
+    OBSERVABLE_SIGNAL_FIELDS,
+    InstanceView,
+    ProgramView,
+    Signals,
+    observation_schema,
+)
 from simcore.policies import base as B
 from simcore.policies.registry import policy_class_from_source
+from tests.helpers import EXPECTED_PCB_FIELDS
 from tests.test_sandbox_gate import LISTING_1, LISTING_2, LISTING_4
 
-# The deployable observation schema (DESIGN §2, "Causal observation boundary"). Adding a
-# field to ProgramView must be a conscious decision: it has to be added here too.
-EXPECTED_PCB_FIELDS = {
-    "program_id", "arrival_s", "turn_index", "turns_completed", "attained_service_s", "context_tokens",
-    "last_instance", "kv_resident", "kv_resident_tokens", "kv_protected", "protect_until", "kv_tier",
-    "tool_name", "gap_started_s", "release_s", "returned_tool_durations", "returned_tool_names",
-    "completed_output_tokens", "completed_prompt_tokens",
-}
 HIDDEN = {"output_tokens", "tool_duration_s", "calls", "program", "remaining_calls", "prompt_tokens",
           "shared_prefix_tokens", "finished_s", "meta"}
 WORKER_DIR = Path(__file__).resolve().parent.parent / "sandbox" / "worker"
