@@ -33,6 +33,9 @@ from .request_queue import create_request_queue
 
 
 class StepTimer(Protocol):
+    """A performance model. It may also define `wake_time(idle_s) -> float`, the extra time of the
+    first step after the engine sat idle (measured profiles only, simcore/perf_measured.py)."""
+
     def step_time(self, prefills: Sequence[tuple[int, int]], n_decode: int, decode_kv_sum: int) -> float: ...
     def decode_steps_time(self, n_decode: int, decode_kv_sum: int, steps: int) -> float: ...
     def kv_transfer_time(self, tokens: int) -> float: ...
