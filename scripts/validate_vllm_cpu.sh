@@ -16,7 +16,10 @@
 # PROGRAMS (16), KV_BLOCKS (128 blocks of 32 tokens on CPU, of 16 on GPU), REPEATS (profile
 # repeats, 3), SERVER_TIMEOUT (600 s), TOKENS (prompt ids LO:HI inside the model's vocabulary,
 # 10:250 for the tiny model's bytes), DEVICE=cpu|gpu (gpu: a CUDA vLLM in .venv-vllm, the same
-# tiny model unless MODEL=a local model directory, LOAD_FORMAT=dummy for random weights).
+# tiny model unless MODEL=a local model directory, LOAD_FORMAT=dummy for random weights), PIN=1|0
+# (CPU pinning, below; ENGINE_CPU=0, CLIENT_CPUS=the others), TRACE=1 (diagnostic: the server
+# records every engine step, scripts/vllm_trace/, and summary.md gets, per validation, the
+# replay's steps against the profile's model of them and the per-call API path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -41,6 +44,18 @@ EVOLVE="$ROOT/.venv/bin/evolve"
 # shared with other work this lowers the noise floor, at the others' expense; off by default.
 RUN=(env)
 [ -z "${NICE:-}" ] || RUN=(nice -n "$NICE")
+# CPU pinning (DEVICE=cpu, 2+ CPUs; PIN=0 turns it off): vLLM's engine core (scheduler) and its
+# worker (the model, one OpenMP thread) on ENGINE_CPU, the API server and our client (profile,
+# replay) on the others. Unpinned, the engine core floats, and under a replay's load it waited
+# ~1 s per 3 s run on the run queue behind the API server and the client, while a profile's short
+# bursts never made it wait: the profile and the replay then measured two different engines.
+NCPU=$(nproc)
+PIN=${PIN:-1}
+[ "$NCPU" -ge 2 ] || PIN=0
+ENGINE_CPU=${ENGINE_CPU:-0}
+CLIENT_CPUS=${CLIENT_CPUS:-$( [ "$NCPU" -gt 2 ] && echo "1-$((NCPU - 1))" || echo 1 )}
+CLIENT=(env)
+if [ "$DEVICE" = cpu ] && [ "$PIN" = 1 ]; then CLIENT=(taskset -c "$CLIENT_CPUS"); fi
 
 if [ ! -x .venv/bin/evolve ]; then
   echo "error: no project environment: python3 -m venv .venv && .venv/bin/pip install -e '.[dev,search,workloads]'" >&2
@@ -82,18 +97,29 @@ fi
 
 start_server() {   # $1: fcfs | priority
   local log="$WORK/server-$1.log" t0=$SECONDS
+  local trace=(env)
+  if [ "${TRACE:-0}" = 1 ]; then
+    TRACE_DIR="$WORK/trace-$1"
+    mkdir -p "$TRACE_DIR"
+    trace=(env PYTHONPATH="$ROOT/scripts/vllm_trace" VLLM_STEP_TRACE_DIR="$TRACE_DIR")
+  fi
   # a small KV pool (memory pressure); eager: nothing is compiled in the middle of a measured replay
   local args=(--model "$MODEL" --host 127.0.0.1 --port "$PORT" --max-model-len "$MAX_MODEL_LEN"
               --max-num-seqs "$MAX_SEQS" --max-num-batched-tokens "$MAX_BATCHED" --enable-prefix-caching
               --enable-per-request-metrics --enable-prompt-tokens-details --scheduling-policy "$1"
               --block-size "$BLOCK" --num-gpu-blocks-override "$KV_BLOCKS" --enforce-eager)
   [ -z "${LOAD_FORMAT:-}" ] || args+=(--load-format "$LOAD_FORMAT")
-  if [ "$DEVICE" = cpu ]; then
-    # vLLM's default binding: one engine thread pinned to core 0, core 1 left to the API server and
-    # the replay client (an unbound single thread measured a 2x slower decode step on this host)
-    VLLM_CPU_KVCACHE_SPACE=1 "${RUN[@]}" .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${args[@]}" >"$log" 2>&1 &
+  if [ "$DEVICE" = cpu ] && [ "$PIN" = 1 ]; then
+    # everything starts on ENGINE_CPU (the engine core inherits it when the API server spawns it;
+    # the worker's OpenMP thread is bound there by VLLM_CPU_OMP_THREADS_BIND); the API server moves
+    # to CLIENT_CPUS once it answers
+    VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND="$ENGINE_CPU" "${trace[@]}" "${RUN[@]}" taskset -c "$ENGINE_CPU" \
+      .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${args[@]}" >"$log" 2>&1 &
+  elif [ "$DEVICE" = cpu ]; then
+    # vLLM's default binding: the worker's thread on core 0; engine core and API server float
+    VLLM_CPU_KVCACHE_SPACE=1 "${trace[@]}" "${RUN[@]}" .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${args[@]}" >"$log" 2>&1 &
   else
-    "${RUN[@]}" .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${args[@]}" >"$log" 2>&1 &
+    "${trace[@]}" "${RUN[@]}" .venv-vllm/bin/python -m vllm.entrypoints.openai.api_server "${args[@]}" >"$log" 2>&1 &
   fi
   SERVER_PID=$!
   until curl -sf "$URL/v1/models" >/dev/null; do
@@ -105,16 +131,27 @@ start_server() {   # $1: fcfs | priority
     fi
     sleep 2
   done
+  if [ "$DEVICE" = cpu ] && [ "$PIN" = 1 ]; then
+    taskset -a -p -c "$CLIENT_CPUS" "$SERVER_PID" >/dev/null
+  fi
   echo "vLLM ($1 scheduling) up after $((SECONDS - t0)) s, pid $SERVER_PID"
+  if [ "$DEVICE" = cpu ]; then
+    local kids; kids=$(pgrep -P "$SERVER_PID" || true)
+    for p in "$SERVER_PID" $kids $(for k in $kids; do pgrep -P "$k" || true; done); do
+      echo "  pid $p $(cat /proc/$p/comm 2>/dev/null): CPUs $(taskset -pc "$p" 2>/dev/null | sed 's/.*: //')"
+    done
+  fi
 }
 
 { echo "# vLLM ${VLLM_VERSION} on ${DEVICE}: profile + validate ($(date -u +%FT%TZ))"; echo;
-  echo "host: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"; echo; } >"$LOG"
+  echo "host: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+  if [ "$DEVICE" = cpu ] && [ "$PIN" = 1 ]; then echo "pinning: engine core + worker on CPU $ENGINE_CPU, API server + client on CPUs $CLIENT_CPUS"
+  else echo "pinning: none (vLLM's default: the worker's thread on CPU 0)"; fi; echo; } >"$LOG"
 
 # 2-3. FCFS server, profile
 start_server fcfs
 T=$SECONDS
-"${RUN[@]}" "$EVOLVE" profile --server "$URL" --out "$WORK/profile" --token-range "$TOKENS" --max-num-seqs "$MAX_SEQS" \
+"${RUN[@]}" "${CLIENT[@]}" "$EVOLVE" profile --server "$URL" --out "$WORK/profile" --token-range "$TOKENS" --max-num-seqs "$MAX_SEQS" \
   --max-num-batched-tokens "$MAX_BATCHED" --repeats "$REPEATS" | tee "$WORK/profile.txt"
 echo "profile: $((SECONDS - T)) s wall" | tee -a "$LOG"
 
@@ -123,13 +160,13 @@ export AGENTSERVESIM_CONFIGS="$WORK/configs"
 mkdir -p "$AGENTSERVESIM_CONFIGS"
 .venv/bin/python - "$WORK" "$MODEL" "$PROGRAMS" "$RATES" "$MAX_SEQS" "$MAX_BATCHED" <<'EOF'
 import json, shutil, sys
-from importlib import resources
 from pathlib import Path
 from simcore.generators import generate
+from simcore.packaged import configs_dir
 from simcore.workload import save_programs
 work, model, n, rates, seqs, batched = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(), sys.argv[5], sys.argv[6]
 cfg = work / "configs"
-src = Path(str(resources.files("configs")))
+src = configs_dir()
 for f in ("hardware.yaml", "models.yaml"):
     shutil.copy(src / f, cfg / f)
 mc = json.loads((model / "config.json").read_text())
@@ -176,18 +213,39 @@ prof = json.loads((work / "profile" / "profile.json").read_text())
 EOF
 "$EVOLVE" workload stats "$AGENTSERVESIM_CONFIGS/tiny_swe.jsonl" | tee -a "$WORK/profile.txt"
 
+# The host's own speed: a fixed pure-Python loop on the client's CPU, timed 15 times (median and
+# slowest, ms) while nothing of ours runs. On the shared VM host of docs/validation.md such a loop
+# ran up to 75 % slower in phases of seconds with none of our processes running: a phase between a
+# profile and a replay is error the simulator cannot know about.
+host_speed() {
+  taskset -c "${CLIENT_CPUS:-0}" python3 -c "
+import time, statistics
+def unit():
+    s = 0
+    for i in range(100000): s += i * i % 7
+xs = []
+for _ in range(15):
+    t = time.perf_counter(); unit(); xs.append((time.perf_counter() - t) * 1e3); time.sleep(0.02)
+print(f'{statistics.median(xs):.1f} ms (slowest {max(xs):.1f})')" 2>/dev/null || echo n/a
+}
+
 validate() {   # $1 label, $2 rate, rest: extra args
   local label=$1 rate=$2; shift 2
-  local t=$SECONDS
+  local t=$SECONDS speed0; speed0=$(host_speed)
   # a fresh profile right before each validation: on a shared host the load others put on the
   # CPU drifts from minute to minute, and the model should see the speed the replay will see
-  "${RUN[@]}" "$EVOLVE" profile --server "$URL" --out "$WORK/$label-$rate/profile" --token-range "$TOKENS" \
+  "${RUN[@]}" "${CLIENT[@]}" "$EVOLVE" profile --server "$URL" --out "$WORK/$label-$rate/profile" --token-range "$TOKENS" \
     --max-num-seqs "$MAX_SEQS" --max-num-batched-tokens "$MAX_BATCHED" --repeats "$REPEATS" >"$WORK/$label-$rate.profile.txt"
-  "${RUN[@]}" "$EVOLVE" validate --cell "tinycpu_${rate}" --server "$URL" --token-range "$TOKENS" --noise-floor \
+  "${RUN[@]}" "${CLIENT[@]}" "$EVOLVE" validate --cell "tinycpu_${rate}" --server "$URL" --token-range "$TOKENS" --noise-floor \
     --profile "$WORK/$label-$rate/profile" --out "$WORK/$label-$rate" --quiet "$@"
   { cat "$WORK/$label-$rate/validation.md"; echo
     .venv/bin/python -c "import json, sys; m = json.load(open(sys.argv[1])); print(f'(profile fit error over the measured points: largest {m[\"max_abs_error\"]:.1%}, mean {m[\"mean_abs_error\"]:.1%}; API latency {m[\"api_latency_s\"] * 1e3:.2f} ms;')" "$WORK/$label-$rate/profile/profile.json"
-    echo " $((SECONDS - t)) s wall for the profile, two replays and the simulation; load average $(cut -d' ' -f1 /proc/loadavg))"; echo; } >>"$LOG"
+    echo " $((SECONDS - t)) s wall for the profile, two replays and the simulation; load average $(cut -d' ' -f1 /proc/loadavg);"
+    echo " host speed probe before: $speed0, after: $(host_speed))"; echo; } >>"$LOG"
+  if [ "${TRACE:-0}" = 1 ]; then
+    sleep 1   # the tracer flushes at least every 0.2 s
+    .venv/bin/python scripts/vllm_trace/analyze.py "$TRACE_DIR" "$WORK/$label-$rate" >>"$LOG" || true
+  fi
 }
 
 # 5a. FCFS at two rates
@@ -199,8 +257,7 @@ stop_server
 AGENTSERVESIM_CONFIGS= .venv/bin/python - "$WORK" <<'EOF'
 import sys
 from pathlib import Path
-sys.path.insert(0, "tests")
-from runs_fixture import make_run
+from tests.runs_fixture import make_run
 make_run(Path(sys.argv[1]) / "runs", "scheduling", run_id="plas-export")
 EOF
 rm -rf "$WORK/plas_export"

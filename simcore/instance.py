@@ -33,6 +33,9 @@ from .request_queue import create_request_queue
 
 
 class StepTimer(Protocol):
+    """A performance model. It may also define `wake_time(idle_s) -> float`, the extra time of the
+    first step after the engine sat idle (measured profiles only, simcore/perf_measured.py)."""
+
     def step_time(self, prefills: Sequence[tuple[int, int]], n_decode: int, decode_kv_sum: int) -> float: ...
     def decode_steps_time(self, n_decode: int, decode_kv_sum: int, steps: int) -> float: ...
     def kv_transfer_time(self, tokens: int) -> float: ...
@@ -69,6 +72,9 @@ class Instance:
         self.observers = tuple(observers)
         self.stepping = False
         self._finishing: list[Request] = []
+        # A measured profile's wake-up cost of the first step after the engine sat idle (perf_measured).
+        self._wake = getattr(perf, "wake_time", None)
+        self._last_end = -float("inf")
 
     @property
     def num_waiting(self) -> int:
@@ -203,7 +209,10 @@ class Instance:
             dt = self.perf.step_time(prefills, n_dec, kv_dec)
         if transfer:
             dt += self.perf.kv_transfer_time(transfer)
+        if self._wake is not None and now > self._last_end:
+            dt += self._wake(now - self._last_end)
         end = now + dt
+        self._last_end = end
         for obs in self.observers:
             obs.on_step(self, now, dt, window, sched, admitted, preempted, prefill_tokens)
 

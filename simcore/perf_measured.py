@@ -37,6 +37,7 @@ from simcore.config import ConfigError
 PROFILE_FORMAT = "agentservesim-measured-profile/1"
 PREFILL_COLUMNS = ("new_tokens", "context_tokens", "time_s")
 DECODE_COLUMNS = ("batch_size", "context_tokens", "step_s")
+IDLE_COLUMNS = ("engine_idle_s", "wake_s")
 
 
 class MeasuredProfileError(ConfigError):
@@ -105,7 +106,7 @@ def point_errors(f: MeasuredFit, prefill: pd.DataFrame, decode: pd.DataFrame) ->
     return p, d
 
 
-def _read_csv(path: Path, columns: Sequence[str]) -> pd.DataFrame:
+def _read_csv(path: Path, columns: Sequence[str], min_rows: int = 3) -> pd.DataFrame:
     try:
         df = pd.read_csv(path)
     except FileNotFoundError:
@@ -120,8 +121,8 @@ def _read_csv(path: Path, columns: Sequence[str]) -> pd.DataFrame:
         if vals.isna().any() or not np.isfinite(vals).all() or (vals < 0).any():
             raise MeasuredProfileError(f"{path}: column '{c}' must be finite numbers >= 0")
         df[c] = vals
-    if len(df) < 3:
-        raise MeasuredProfileError(f"{path}: needs at least 3 measured points to fit, has {len(df)}")
+    if len(df) < min_rows:
+        raise MeasuredProfileError(f"{path}: needs at least {min_rows} measured points, has {len(df)}")
     return df
 
 
@@ -145,14 +146,30 @@ def read_tables(folder: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return _read_csv(folder / "prefill.csv", PREFILL_COLUMNS), _read_csv(folder / "decode.csv", DECODE_COLUMNS)
 
 
+def read_wake(folder: str | Path) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """idle.csv's wake-up curve: (engine idle s, extra s of the first step after it), starting at
+    (0, 0), made non-decreasing (a longer idle period cannot make the next step cheaper; the
+    points scatter by a few tenths of a millisecond). None if the profile has no idle table."""
+    path = Path(folder) / "idle.csv"
+    if not path.exists():
+        return None
+    df = _read_csv(path, IDLE_COLUMNS, min_rows=1)
+    df = df.sort_values("engine_idle_s")
+    xs = [0.0, *df["engine_idle_s"].astype(float)]
+    ys = np.maximum.accumulate([0.0, *df["wake_s"].astype(float)])
+    return tuple(xs), tuple(float(y) for y in ys)
+
+
 class MeasuredPerf:
     """The simulator's step timer (instance.StepTimer) from a measured profile."""
 
     source = "measured"
 
     def __init__(self, fitted: MeasuredFit, kv_bytes_per_token: int, tp: int, host_link_gbs: float,
-                 folder: Path | None = None) -> None:
+                 folder: Path | None = None,
+                 wake: tuple[Sequence[float], Sequence[float]] | None = None) -> None:
         self.fit = fitted
+        self.wake = wake
         self.folder = folder
         self.parts = {"prefill": "measured", "decode": "measured"}
         self._kv_bytes = kv_bytes_per_token
@@ -184,6 +201,15 @@ class MeasuredPerf:
         kv_total = steps * decode_kv_sum + n_decode * steps * (steps - 1) / 2.0
         return steps * (self._b0 + self._b1 * n_decode) + self._b2 * kv_total
 
+    def wake_time(self, idle_s: float) -> float:
+        """Extra time of the first step after the engine sat idle for `idle_s` (idle.csv: measured as
+        the rise of a lone call's engine TTFT over the back-to-back one; linear between the measured
+        points, flat beyond the last). On a CPU host the engine's code and data go cold while it
+        waits; 0 without an idle table."""
+        if self.wake is None or idle_s <= 0.0:
+            return 0.0
+        return float(np.interp(idle_s, self.wake[0], self.wake[1]))
+
     def kv_transfer_time(self, tokens: int) -> float:
         return tokens * self._kv_bytes / self._tp / self._host_bps
 
@@ -199,13 +225,13 @@ def resolve(folder: str | Path) -> Path:
 def _load(folder: str, mtime_ns: int, kv_bytes: int, tp: int, host_gbs: float) -> MeasuredPerf:
     read_meta(folder)
     prefill, decode = read_tables(folder)
-    return MeasuredPerf(fit(prefill, decode), kv_bytes, tp, host_gbs, Path(folder))
+    return MeasuredPerf(fit(prefill, decode), kv_bytes, tp, host_gbs, Path(folder), read_wake(folder))
 
 
 def load_measured(folder: str | Path, kv_bytes_per_token: int, tp: int = 1, host_link_gbs: float = 25.0) -> MeasuredPerf:
     """The measured step timer of a profile directory (cached; reloaded when its tables change)."""
     p = resolve(folder)
-    mtime = max((p / f).stat().st_mtime_ns for f in ("prefill.csv", "decode.csv") if (p / f).exists()) \
-        if any((p / f).exists() for f in ("prefill.csv", "decode.csv")) else 0
+    tables = [p / f for f in ("prefill.csv", "decode.csv", "idle.csv") if (p / f).exists()]
+    mtime = max((t.stat().st_mtime_ns for t in tables), default=0)
     return _load(str(p), mtime, int(kv_bytes_per_token), int(tp), float(host_link_gbs))
 

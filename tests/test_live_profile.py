@@ -179,3 +179,101 @@ def test_profile_json_has_every_point_and_the_fit(tmp_path, capsys):
     assert len(doc["prefill"]) == 3 and len(doc["decode"]) == 3
     assert {"new_tokens", "time_s", "fit_s", "error"} <= set(doc["prefill"][0])
     assert doc["meta"]["fit"]["a"] and doc["profile_dir"] == str((tmp_path / "prof").resolve())
+
+
+# ---------------------------------------------------------------------------- what lone requests miss
+def test_default_grid_reaches_the_pool_and_the_step_budget():
+    """Decode contexts up to what the KV pool holds B times, for every batch size, and a prefill
+    point at the step budget: an agent workload's steps sit near those bounds."""
+    from search.live.client import ServerInfo
+    from search.live.profile import Profiler, default_grid
+    info = ServerInfo("http://x", "m", 2048, ["m"], block_size=32, kv_pool_tokens=4096)
+    g = default_grid(info, max_num_batched_tokens=2048, max_num_seqs=16, repeats=1)
+    assert 512 in g.prefill_tokens and max(g.prefill_tokens) == 2046     # min(budget, mml - 2)
+    assert 3 * 2048 // 4 in g.contexts
+
+    class Client:
+        pass
+    c = Client()
+    c.info = info
+    _, dec, _ = Profiler(c, g).plan()   # type: ignore[arg-type]
+    longest = {b: max(ctx for bb, ctx in dec if bb == b) for b in g.batch_sizes}
+    for b, ctx in longest.items():
+        blocks = -(-(ctx + g.decode_tokens) // 32)
+        assert b * blocks <= 4096 // 32 - 1, (b, ctx)           # fits the pool (less vLLM's null block)
+        assert b * (blocks + 2) > 4096 // 32 - 1 or ctx + g.decode_tokens + 1 >= 2048, (b, ctx)  # and reaches it
+    # explicit --decode-contexts are taken as given
+    g2 = default_grid(info, 2048, 16, 1)
+    g2.decode_contexts, g2.fill_pool = [64], False
+    _, dec2, _ = Profiler(c, g2).plan()   # type: ignore[arg-type]
+    assert {ctx for _, ctx in dec2} == {64}
+
+
+def test_wake_time_interpolates_the_idle_table_and_never_falls(tmp_path):
+    pre, dec = synthetic_tables()
+    d = write_profile_dir(tmp_path / "p", pre, dec)
+    pd.DataFrame({"gap_s": [0, 0.005, 0.02, 0.2], "engine_idle_s": [0.004, 0.009, 0.024, 0.204],
+                  "wake_s": [0.0, 0.0006, 0.0004, 0.0012]}).to_csv(d / "idle.csv", index=False)
+    perf = load_measured(d, 1024)
+    assert perf.wake_time(0.0) == 0.0
+    assert perf.wake_time(0.009) == pytest.approx(0.0006)
+    assert perf.wake_time(0.024) == pytest.approx(0.0006)      # the dip to 0.4 ms is noise: non-decreasing
+    assert perf.wake_time(0.114) == pytest.approx(0.0009)      # linear between points
+    assert perf.wake_time(10.0) == pytest.approx(0.0012)       # flat beyond the last
+    (d / "idle.csv").write_text("gap_s,engine_idle_s\n0,0.004\n")
+    with pytest.raises(MeasuredProfileError, match=r"idle.csv: missing columns \['wake_s'\]"):
+        load_measured(d, 1024)
+
+
+def test_the_engine_charges_the_wake_up_to_the_first_step_after_idle():
+    """A call alone, then another after an idle gap: the first step after each idle period costs
+    the profile's wake-up for that idle time; a step right after another costs nothing more."""
+    from simcore.config import EngineArgs
+    from simcore.instance import Instance
+    from simcore.kv import KVManager
+    from simcore.request import Request
+    perf = MeasuredPerf(MeasuredFit(TRUE_A, TRUE_B), 1024, 1, 25.0, wake=((0.0, 0.01, 1.0), (0.0, 0.002, 0.002)))
+    inst = Instance(0, KVManager(256, 16, 0, True), perf, EngineArgs())
+    inst.add(Request(rid=0, pid=0, turn=0, prompt=100, output=2, shared=0, priority=0, arrival=5.0, instance=0))
+    end1 = inst.step(5.0, float("inf"))                      # idle since forever: the full wake-up
+    assert end1 - 5.0 == pytest.approx(perf.step_time([(100, 0)], 0, 0) + 0.002)
+    inst.finish_step(end1)
+    end2 = inst.step(end1, float("inf"))                     # right after the last step: none
+    assert end2 - end1 == pytest.approx(perf.step_time([], 1, 101))
+    assert [r.rid for r in inst.finish_step(end2)] == [0]
+    inst.add(Request(rid=1, pid=1, turn=0, prompt=50, output=2, shared=0, priority=0, arrival=end2 + 0.005,
+                     instance=0))
+    end3 = inst.step(end2 + 0.005, float("inf"))             # 5 ms idle: half of the ramp to 10 ms
+    assert end3 - (end2 + 0.005) == pytest.approx(perf.step_time([(50, 0)], 0, 0) + 0.001)
+    # a timer without a wake-up (the roofline and table models) is left alone
+    assert Instance(0, KVManager(256, 16, 0, True), MeasuredPerf(MeasuredFit(TRUE_A, TRUE_B), 1024, 1, 25.0),
+                    EngineArgs())._wake(10.0) == 0.0
+
+
+def test_profile_measures_the_fake_engines_wake_up_and_api_latency(tmp_path, capsys):
+    """The fake engine's first step after more than 30 ms idle costs 10 ms more, and every request
+    spends 4 ms on its way in and 3 ms before its stream closes: idle.csv must show both. (The
+    injected delays are several times a loaded 2-CPU machine's scheduling jitter, so the margins
+    below hold under the full suite.)"""
+    with Spawned(ENGINE_STEP, mode="engine", max_model_len=4096, kv_pool_tokens=65536, wake_s=0.010,
+                 wake_after_s=0.030, api_in_s=0.004, api_out_s=0.003) as url:
+        rc = main(["profile", "--server", url, "--out", str(tmp_path / "prof"), "--prefill-tokens", "16,64,256",
+                   "--contexts", "0", "--batch-sizes", "1,2,4", "--decode-contexts", "128", "--decode-tokens", "8",
+                   "--idle-gaps", "0,40,80", "--repeats", "2"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    idle = pd.read_csv(tmp_path / "prof" / "idle.csv")
+    meta = json.loads((tmp_path / "prof" / "profile.json").read_text())
+    assert list(idle["gap_s"]) == [0.0, 0.04, 0.08]
+    # back to back the engine sat idle only for the API round trip (under 30 ms: no wake-up); after
+    # 40 and 80 ms of client-side gap it sat idle longer, and its TTFT rose by the fake's 10 ms
+    assert (idle["engine_idle_s"] > idle["gap_s"]).all() and idle["engine_idle_s"].iloc[0] < 0.030
+    assert idle["wake_s"].iloc[0] == pytest.approx(0.0, abs=0.003)
+    assert idle["wake_s"].iloc[1:].to_numpy() == pytest.approx([0.010, 0.010], abs=0.004)
+    assert meta["wake_s_max"] == pytest.approx(0.010, abs=0.004)
+    # the API latency: 4 ms in + 3 ms out + the fake's own HTTP handling (a few milliseconds)
+    assert 0.007 <= meta["api_latency_s"] <= 0.020, meta["api_latency_s"]
+    assert "engine wake-up" in out.out and "API latency per call" in out.out
+    # and the simulator reads the curve: a step after 80 ms of idle engine costs the 10 ms
+    perf = load_measured(tmp_path / "prof", 1024)
+    assert perf.wake_time(0.08 + meta["api_latency_s"]) == pytest.approx(0.010, abs=0.004)

@@ -223,3 +223,47 @@ def test_ctrl_c_keeps_what_finished(tmp_path):
     assert len(calls) == 5   # 2 fast calls + the first call of each slow program
     s = json.loads((out / "summary.json").read_text())
     assert s["interrupted"] is True and s["programs_total"] == 5 and sorted(s["programs_unfinished"]) == ["s0", "s1", "s2"]
+
+
+def test_calls_carry_the_engines_own_times_and_the_api_path(tmp_path):
+    """calls.csv splits each call between the engine (vLLM's per-request metrics: queued ->
+    scheduled -> first token -> last token) and the API path around it; the summary gives the
+    clock origin so a server-side trace can be lined up with the calls."""
+    progs = programs(2)
+    fake = FakeServer(mode="engine", step_time=lambda pre, n, kv: 0.004, api_in_s=0.003, api_out_s=0.002)
+    url = fake.start()
+    try:
+        t_before = time.monotonic()
+        out = run(url, progs, [0.0, 0.01])
+    finally:
+        fake.stop()
+    c = out.result.calls
+    assert {"server_ttft_s", "server_decode_s", "api_overhead_s"} <= set(c.columns)
+    # one 4 ms step to the first token, one per further token
+    assert c["server_ttft_s"].to_numpy() == pytest.approx(0.004, abs=0.003)
+    assert (c["server_decode_s"] / (c["output_tokens"] - 1)).to_numpy() == pytest.approx(0.004, abs=0.003)
+    # the 3 ms on the way in are the client's TTFT less the engine's queue and TTFT (plus HTTP)
+    assert (c["api_overhead_s"] >= 0.003).all() and (c["api_overhead_s"] < 0.02).all()
+    origin = out.result.summary["clock_origin_monotonic_s"]
+    assert t_before <= origin <= time.monotonic()
+
+
+def test_gauges_are_read_by_a_line_scan_of_the_metrics_page():
+    from search.live.client import gauge_values, metric_value, parse_metrics
+    page = "\n".join([
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+        "# TYPE vllm:num_requests_running gauge",
+        'vllm:num_requests_running{engine="0",model_name="a"} 2.0',
+        'vllm:num_requests_running{engine="1",model_name="a"} 3.0',
+        'vllm:num_requests_running{engine="0",model_name="b"} 7.0',
+        'vllm:num_requests_running_other{engine="0",model_name="a"} 9.0',
+        "vllm:num_requests_waiting 1",
+        'vllm:kv_cache_usage_perc{engine="0",model_name="a"} 0.25',
+    ]) + "\n"
+    names = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+             "vllm:num_preemptions_total")
+    g = gauge_values(page, names, "a")
+    assert g == {"vllm:num_requests_running": 5.0, "vllm:num_requests_waiting": 1.0,
+                 "vllm:kv_cache_usage_perc": 0.25, "vllm:num_preemptions_total": None}
+    full = parse_metrics(page)   # the same figures as the full parser
+    assert [metric_value(full, n, "a") for n in names] == list(g.values())

@@ -30,8 +30,12 @@ def swe_like(n: int = 8) -> list[Program]:
 
 
 def test_validate_against_the_fake_engine(own_configs, tmp_path, capsys):  # noqa: F811
+    """The fake engine wakes up 3 ms slower after 15 ms idle and every request spends 2 ms on its way
+    in and 2 ms before its stream closes, as a CPU host's engine and API server do: the profile
+    measures both (idle.csv) and the simulation, charging them, lands near the real runs."""
     save_programs(swe_like(), own_configs / "wl.jsonl")
-    with Spawned(ENGINE_STEP, mode="engine", max_model_len=4096, kv_pool_tokens=65536) as url:
+    with Spawned(ENGINE_STEP, mode="engine", max_model_len=4096, kv_pool_tokens=65536, wake_s=0.003,
+                 wake_after_s=0.015, api_in_s=0.002, api_out_s=0.002) as url:
         assert main(["profile", "--server", url, "--out", str(own_configs / "prof"), "--prefill-tokens", "16,128,512",
                      "--contexts", "0,256", "--batch-sizes", "1,2,4,8", "--decode-contexts", "128,512",
                      "--decode-tokens", "16", "--repeats", "2"]) == 0
@@ -47,7 +51,7 @@ def test_validate_against_the_fake_engine(own_configs, tmp_path, capsys):  # noq
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     v = json.loads((out / "validation.json").read_text())
-    assert v["profile"] == str((own_configs / "prof").resolve()) and v["api_latency_s"] > 0
+    assert v["profile"] == str((own_configs / "prof").resolve()) and v["api_latency_s"] >= 0.004
     rows = {r["key"]: r for r in v["rows"]}
     assert set(rows) >= {"mean_jct_s", "p99_jct_s", "mape", "mean_ttft_s", "mean_tpot_s", "mean_queueing_s",
                          "preemptions", "prefix_hit_rate"}

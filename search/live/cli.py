@@ -31,7 +31,7 @@ from simcore.workload import Program, load_programs, poisson_arrivals
 
 from .client import LiveError, ServerClient
 from .exported import ExportedPolicy
-from .profile import PREFILL_PER_REPEAT, Grid, Profiler, _parse_list, default_grid, idle_check, write_profile
+from .profile import Grid, Profiler, _parse_list, default_grid, idle_check, write_profile
 from .replay import ReplayOutcome, replay
 from .validate import client_view, compare, markdown, plots, with_api_latency, write_report
 
@@ -71,7 +71,20 @@ def _stream_interval(text: str) -> int | str | None:
     return v or None
 
 
+def _metrics_interval(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got '{text}'") from None
+    if not (v >= 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got '{text}'")
+    return v
+
+
 def _interval_arg(c: argparse.ArgumentParser) -> None:
+    c.add_argument("--metrics-interval", type=_metrics_interval, default=0.25, metavar="S",
+                   help="poll the server's gauges (running, waiting, KV usage) every S seconds during the "
+                        "replay (default 0.25; 0: only the counters before and after)")
     c.add_argument("--stream-interval", type=_stream_interval, default="whole", metavar="whole|N|0",
                    help="tokens per streamed chunk (vLLM's stream_interval): 'whole' (default) streams the first "
                         "token and then the rest in one chunk, so streaming does not load the server or the "
@@ -109,10 +122,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--batch-sizes", help="comma list of decode batch sizes B")
     c.add_argument("--decode-contexts", help="comma list of decode contexts L")
     c.add_argument("--decode-tokens", type=positive_int, default=32, help="tokens each decode stream generates")
+    c.add_argument("--idle-gaps", metavar="MS,...", help="idle gaps (ms) before the calls that measure the engine's "
+                                                         "wake-up cost and the per-call API latency (default 0,5,20,50,200)")
     c.add_argument("--repeats", type=positive_int, default=3)
     c.add_argument("--tolerance", type=positive_float, default=0.10, help="largest acceptable |fit - measured| / measured")
     c.add_argument("--json", action="store_true", help="print the measured points, the fit and its errors as JSON")
     _server_args(c)
+    c.add_argument("--stream-interval", type=_stream_interval, default="whole", metavar="whole|N|0",
+                   help="how the replays will stream (see `evolve replay`): the API-latency calls stream the same way")
     c.set_defaults(func=cmd_profile)
 
     c = subparsers.add_parser("validate", help="replay and simulate a cell's workload: the sim-vs-real table",
@@ -171,7 +188,7 @@ def _progress(quiet: bool, total: int) -> Progress:
 async def run_replay(server: str, programs: Sequence[Program], arrivals: Sequence[float], *, model: str | None,
                      api_key: str | None, timeout: float, token_range: tuple[int, int], seed: int,
                      policy: ExportedPolicy | None, quiet: bool, label: str = "replay",
-                     stream_interval: int | str | None = "whole") -> ReplayOutcome:
+                     stream_interval: int | str | None = "whole", metrics_interval: float = 0.25) -> ReplayOutcome:
     total = sum(len(p.calls) for p in programs)
     async with ServerClient(server, model, api_key, timeout, stream_interval=stream_interval) as client:
         info = await client.check(token_range)
@@ -194,7 +211,7 @@ async def run_replay(server: str, programs: Sequence[Program], arrivals: Sequenc
                 bar.update(task, advance=1, programs=f"{len(done)}/{len(programs)} programs")
 
             return await replay(client, programs, arrivals, seed=seed, token_range=token_range, policy=policy,
-                                on_call=on_call)
+                                on_call=on_call, poll_s=metrics_interval)
 
 
 def _replay_table(title: str, s: dict[str, Any]) -> Table:
@@ -226,7 +243,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     outcome = asyncio.run(run_replay(args.server, programs, arrivals, model=args.model, api_key=args.api_key,
                                      timeout=args.timeout, token_range=args.token_range, seed=seed, policy=policy,
                                      quiet=args.quiet or args.json, label=Path(label).name,
-                                     stream_interval=args.stream_interval))
+                                     stream_interval=args.stream_interval,
+                                     metrics_interval=args.metrics_interval))
     outcome.write(out)
     s = outcome.result.summary
     if args.json:
@@ -266,25 +284,27 @@ async def _profile(args: argparse.Namespace) -> int:
                     _parse_list(args.contexts, "contexts") or g.contexts,
                     _parse_list(args.batch_sizes, "batch-sizes") or g.batch_sizes,
                     _parse_list(args.decode_contexts, "decode-contexts") or g.decode_contexts,
-                    args.decode_tokens, max(1, args.repeats))
+                    args.decode_tokens, max(1, args.repeats), fill_pool=args.decode_contexts is None,
+                    idle_gaps=g.idle_gaps if args.idle_gaps is None else
+                    [x / 1000.0 for x in (_parse_list(args.idle_gaps, "idle-gaps") or [])])
         console.print(f"profiling {info.model} at {info.url}: prefill N={grid.prefill_tokens} x C={grid.contexts}, "
                       f"decode B={grid.batch_sizes} x L={grid.decode_contexts}, {grid.repeats} repeats", highlight=False)
-        prof = Profiler(client, grid, args.token_range)
-        pre_points, dec_points, _ = prof.plan()
-        n_points = grid.repeats * (PREFILL_PER_REPEAT * len(pre_points) + len(dec_points))
+        prof = Profiler(client, grid, args.token_range, stream_interval=args.stream_interval)
+        n_points = prof.n_samples()
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as bar:
             task = bar.add_task("profile", total=n_points)
             prof.on_point = lambda what: bar.update(task, advance=1, description=what)
-            prefill, decode, skipped = await prof.run()
+            prefill, decode, idle, skipped = await prof.run()
     for s in skipped:
         console.print(f"[yellow]skipped:[/] {s}", highlight=False)
     engine = {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
               "block_size": info.block_size}
-    res = write_profile(Path(args.out), info, grid, prefill, decode, args.tolerance, engine, skipped)
+    res = write_profile(Path(args.out), info, grid, prefill, decode, args.tolerance, engine, skipped, idle)
     if args.json:
         print(json.dumps({"prefill": json.loads(res["prefill"].to_json(orient="records")),
                           "decode": json.loads(res["decode"].to_json(orient="records")),
+                          "idle": json.loads(res["idle"].to_json(orient="records")) if len(res["idle"]) else [],
                           "meta": res["meta"], "profile_dir": str(Path(args.out).resolve())}, default=str))
         return 0
     _print_profile(res, args.tolerance)
@@ -317,14 +337,26 @@ def _print_profile(res: dict[str, Any], tol: float) -> None:
         t.add_row(str(int(r.batch_size)), f"{r.context_tokens:.0f}", f"{r.step_s * 1e3:.3f}",
                   f"{r.min_s * 1e3:.3f}-{r.max_s * 1e3:.3f}", f"{r.fit_s * 1e3:.3f}", f"{r.error * 100:+.1f} %{flag}")
     out_console.print(t)
-    if server:
-        out_console.print(f"API latency per request (client TTFT - server TTFT - queue, median): "
-                          f"{meta['api_latency_s'] * 1e3:.2f} ms; `evolve validate` adds it to every call "
-                          "(--api-latency)", highlight=False)
+    idle = res.get("idle")
+    if idle is not None and len(idle):
+        t = Table(title="a replay-shaped call after an idle gap: engine wake-up and per-call API latency")
+        for col in ("idle gap ms", "engine idle ms", "engine TTFT ms", "wake-up ms", "API latency ms", "samples"):
+            t.add_column(col, justify="right")
+        for r in idle.itertuples():
+            def ms(v: Any) -> str:
+                return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v * 1e3:.2f}"
+            t.add_row(f"{r.gap_s * 1e3:g}", ms(r.engine_idle_s), ms(r.engine_ttft_s), ms(getattr(r, "wake_s", None)),
+                      ms(r.api_latency_s), str(r.samples))
+        out_console.print(t)
+    if meta.get("api_latency_s"):
+        out_console.print(f"API latency per call (client send -> stream closed, minus the engine's queued -> last "
+                          f"token; median): {meta['api_latency_s'] * 1e3:.2f} ms; `evolve validate` adds it to every "
+                          "call (--api-latency)", highlight=False)
     f = meta["fit"]
     a, b = f["a"], f["b"]
     out_console.print(f"fit: prefill = {a[0] * 1e3:.3f} ms + {a[1] * 1e6:.3f} us x N + {a[2] * 1e9:.4f} ns x N(C+N/2); "
-                      f"decode step = {b[0] * 1e3:.3f} ms + {b[1] * 1e6:.3f} us x B + {b[2] * 1e9:.4f} ns x B L",
+                      f"decode step = {b[0] * 1e3:.3f} ms + {b[1] * 1e6:.3f} us x B + {b[2] * 1e9:.4f} ns x B L"
+                      + (f"; wake-up after idle up to {meta['wake_s_max'] * 1e3:.2f} ms" if meta.get("wake_s_max") else ""),
                       highlight=False)
     n = len(p) + len(d)
     bad = int((p["error"].abs() > tol).sum() + (d["error"].abs() > tol).sum())
@@ -378,7 +410,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         o = asyncio.run(run_replay(args.server, programs, arrivals, model=args.model, api_key=args.api_key,
                                    timeout=args.timeout, token_range=args.token_range, seed=seed, policy=policy,
                                    quiet=args.quiet or args.json, label=f"replay {rep + 1}",
-                                   stream_interval=args.stream_interval))
+                                   stream_interval=args.stream_interval,
+                                   metrics_interval=args.metrics_interval))
         o.write(out / ("real" if rep == 0 else f"real{rep + 1}"))
         if o.interrupted or o.error:
             return _finish(o, out / ("real" if rep == 0 else f"real{rep + 1}"))

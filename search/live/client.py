@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import resource
 from dataclasses import dataclass, field
-from typing import Any
+from types import EllipsisType
+from typing import Any, Sequence
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -40,6 +42,7 @@ class StreamResult:
     cached_tokens: int | None = None   # prefix-cache hit (vLLM --enable-prompt-tokens-details)
     queue_s: float | None = None       # vLLM --enable-per-request-metrics: queued -> scheduled
     server_ttft_s: float | None = None  # same: scheduled -> first token
+    server_decode_s: float | None = None  # same: first -> last token (engine clock)
     finish_reason: str | None = None
 
 
@@ -132,6 +135,33 @@ def metric_value(metrics: dict[str, list[tuple[dict[str, str], float]]], name: s
     return float(sum(vals)) if vals else None
 
 
+_SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+def gauge_values(text: str, names: Sequence[str], model: str | None = None) -> dict[str, float | None]:
+    """A few samples of /metrics, summed over their label sets (engines) and restricted to one
+    model where labelled, found by a line scan: the replay polls the server's gauges several
+    times a second, and a full Prometheus parse of vLLM's ~60 kB page costs the client's event
+    loop milliseconds each time (time it takes from the calls it is timing)."""
+    out: dict[str, float | None] = {n: None for n in names}
+    want = tuple(names)
+    for line in text.splitlines():
+        if not line.startswith(want):
+            continue
+        m = _SAMPLE.match(line)
+        if m is None or m.group(1) not in out:
+            continue
+        labels = m.group(2) or ""
+        if model is not None and "model_name=" in labels and f'model_name="{model}"' not in labels:
+            continue
+        try:
+            v = float(m.group(3))
+        except ValueError:
+            continue
+        out[m.group(1)] = (out[m.group(1)] or 0.0) + v
+    return out
+
+
 class ServerClient:
     def __init__(self, url: str, model: str | None = None, api_key: str | None = None,
                  timeout_s: float = 600.0, connect_timeout_s: float = 10.0, stream_interval: int | str | None = None) -> None:
@@ -201,6 +231,16 @@ class ServerClient:
         except LiveError:
             return None
 
+    async def gauges(self, names: Sequence[str]) -> dict[str, float | None] | None:
+        """A few gauges from /metrics (cheap: no full parse), or None if it has no /metrics."""
+        try:
+            r = await self.http.get("/metrics")
+        except httpx.HTTPError:
+            return None
+        if r.status_code != 200:
+            return None
+        return gauge_values(r.text, names, self.model)
+
     async def check(self, token_range: tuple[int, int] = (100, 1000)) -> ServerInfo:
         """Probe the server: model served, token-id prompts, SSE streaming with token ids.
         The probe request also warms the server up (first-request costs stay out of the run)."""
@@ -250,13 +290,15 @@ class ServerClient:
 
     # ------------------------------------------------------------------ requests
     async def stream_completion(self, prompt_ids: list[int], max_tokens: int, extra_body: dict[str, Any] | None = None,
-                                headers: dict[str, str] | None = None) -> StreamResult:
-        """Send one streamed completion and time it. Any failure is a one-line LiveError."""
+                                headers: dict[str, str] | None = None,
+                                stream_interval: int | str | None | EllipsisType = ...) -> StreamResult:
+        """Send one streamed completion and time it. Any failure is a one-line LiveError.
+        `stream_interval` overrides the client's for this request (same meaning as in __init__)."""
         body: dict[str, Any] = {"model": self.model, "prompt": prompt_ids, "max_tokens": int(max_tokens),
                                 "min_tokens": int(max_tokens), "ignore_eos": True, "temperature": 0.0,
                                 "stream": True, "stream_options": {"include_usage": True},
                                 "return_token_ids": True}
-        si = self.stream_interval
+        si = self.stream_interval if stream_interval is ... else stream_interval
         if si == "whole":
             body["stream_interval"] = max(1, int(max_tokens))
         elif isinstance(si, int) and si > 0:
@@ -315,6 +357,8 @@ class ServerClient:
                             res.queue_s = float(met["queue_time_ms"]) / 1000.0
                         if met.get("time_to_first_token_ms") is not None:
                             res.server_ttft_s = float(met["time_to_first_token_ms"]) / 1000.0
+                        if met.get("generation_time_ms") is not None:
+                            res.server_decode_s = float(met["generation_time_ms"]) / 1000.0
         except httpx.ConnectError as e:
             raise LiveError(f"cannot reach the server at {self.url} ({e or 'connection refused'})") from None
         except httpx.TimeoutException:

@@ -24,7 +24,7 @@ import os
 import secrets
 import statistics
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -41,6 +41,10 @@ from .client import LiveError, ServerClient, ServerInfo, metric_value
 # host it scatters far more than a decode sample (itself a median over many token gaps):
 # prefill points get this many samples per repeat.
 PREFILL_PER_REPEAT = 3
+# Idle gaps (s) before the wake-up / API-latency requests: back-to-back up to a tool call's length.
+IDLE_GAPS = (0.0, 0.005, 0.02, 0.05, 0.2)
+IDLE_PROMPT_TOKENS = 256     # a mid-sized agent call
+IDLE_OUTPUT_TOKENS = 8       # a first chunk, a last chunk, usage, [DONE]: a replay call's stream
 
 
 @dataclass
@@ -51,6 +55,13 @@ class Grid:
     decode_contexts: list[int]
     decode_tokens: int = 32
     repeats: int = 3
+    # For each batch size B, also decode at the longest context the KV pool holds B times: an
+    # agent workload runs its batches near that bound, where the KV-read term dominates, and
+    # a fixed context grid reaches it only for the smallest B.
+    fill_pool: bool = True
+    # Client-side idle gaps before the lone requests that measure the engine's wake-up cost and
+    # the per-call API latency (seconds; empty: not measured).
+    idle_gaps: list[float] = field(default_factory=lambda: list(IDLE_GAPS))
 
 
 def default_grid(info: ServerInfo, max_num_batched_tokens: int, max_num_seqs: int, repeats: int,
@@ -59,8 +70,11 @@ def default_grid(info: ServerInfo, max_num_batched_tokens: int, max_num_seqs: in
     mml = info.max_model_len or 4096
     bs = info.block_size or 16
     pool = info.kv_pool_tokens or 1 << 30
-    n = [x for x in (16, 64, 256, 1024, 2048, 4096) if x <= min(max_num_batched_tokens, mml - 2)]
-    c = sorted({0, *[x - x % bs for x in (mml // 8, mml // 4, mml // 2) if x - x % bs > 0]})
+    top = min(max_num_batched_tokens, mml - 2, pool - 2)
+    n = [x for x in (16, 64, 256, 512, 1024, 2048, 4096, 8192) if x <= top]
+    if n and top > 1.25 * n[-1]:
+        n.append(top)   # the largest chunk one step can take
+    c = sorted({0, *[x - x % bs for x in (mml // 8, mml // 4, mml // 2, 3 * mml // 4) if x - x % bs > 0]})
     ctx = sorted({x for x in (64, 256, 1024, 4096) if x + decode_tokens < mml} or {max(1, mml // 4)})
     b = [x for x in (1, 2, 4, 8, 16, 32, 64) if x <= max_num_seqs and x * (min(ctx) + decode_tokens + bs) <= pool]
     return Grid(n, [x for x in c if x + min(n) + 1 < min(mml, pool)], b, ctx, decode_tokens, repeats)
@@ -80,8 +94,10 @@ def _parse_list(text: str | None, what: str) -> list[int] | None:
 
 class Profiler:
     def __init__(self, client: ServerClient, grid: Grid, token_range: tuple[int, int] = (100, 1000),
-                 on_point: Callable[[str], None] | None = None) -> None:
+                 on_point: Callable[[str], None] | None = None, stream_interval: int | str | None = "whole") -> None:
+        """`stream_interval`: how the replay will stream its calls (the API-latency samples do the same)."""
         self.client, self.grid, self.token_range, self.on_point = client, grid, token_range, on_point
+        self.stream_interval = stream_interval
         self._n = 0
         self._salt = secrets.randbits(31)   # no prompt of an earlier profile may still be cached
 
@@ -99,6 +115,21 @@ class Profiler:
         res = await self.client.stream_completion(ids, 1)
         cached = res.cached_tokens if res.cached_tokens is not None else c
         return res.first_token_s - res.sent_s, res.server_ttft_s, res.queue_s, int(cached)
+
+    async def idle_sample(self, gap: float, r: int) -> tuple[float, float | None, float | None]:
+        """A replay-shaped call (IDLE_PROMPT_TOKENS fresh ids, IDLE_OUTPUT_TOKENS streamed as the replay
+        streams them) `gap` seconds after the previous response closed, as an agent's call follows
+        its tool: (client time send -> stream closed, engine TTFT = scheduled -> first token, engine
+        time queued -> last token); the engine figures are None where the server does not report them."""
+        await self.client.stream_completion(self._ids(64, 7, r), 1)   # the engine and the API path just ran
+        if gap > 0:
+            await asyncio.sleep(gap)
+        res = await self.client.stream_completion(self._ids(IDLE_PROMPT_TOKENS, 8, int(gap * 1e6), r),
+                                                  IDLE_OUTPUT_TOKENS, stream_interval=self.stream_interval)
+        engine = None
+        if res.server_ttft_s is not None and res.server_decode_s is not None:
+            engine = (res.queue_s or 0.0) + res.server_ttft_s + res.server_decode_s
+        return res.end_s - res.sent_s, res.server_ttft_s, engine
 
     async def decode_sample(self, b: int, ctx: int, r: int) -> tuple[float, float] | None:
         """(mean steady-state inter-token gap s, mean context of the gaps used), or None."""
@@ -130,7 +161,17 @@ class Profiler:
         mml = info.max_model_len if info and info.max_model_len else None
         decode_points = []
         for b in g.batch_sizes:
-            for ctx in g.decode_contexts:
+            contexts = list(g.decode_contexts)
+            if g.fill_pool and pool is not None:
+                # the longest context B sequences of it (plus their outputs) fit the pool with
+                nb = (pool // bs - 1) // b                     # blocks per sequence (one is vLLM's null block)
+                top = nb * bs - g.decode_tokens - 1
+                if mml is not None:
+                    top = min(top, mml - g.decode_tokens - 1)
+                fitting = [c for c in contexts if b * (-(-(c + g.decode_tokens) // bs) * bs) <= pool]
+                if top > 0 and (not fitting or top > 1.25 * max(fitting)):
+                    contexts.append(top)
+            for ctx in contexts:
                 if mml is not None and ctx + g.decode_tokens > mml:
                     skipped.append(f"decode B={b} L={ctx}: {ctx + g.decode_tokens} tokens exceed the max model length {mml}")
                 elif pool is not None and b * (-(-(ctx + g.decode_tokens) // bs) * bs) > pool:
@@ -147,18 +188,30 @@ class Profiler:
                     prefill_points.append((n, c))
         return prefill_points, decode_points, skipped
 
-    async def run(self) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    def n_samples(self) -> int:
+        """How many measurements run() makes (for a progress bar)."""
+        pre, dec, _ = self.plan()
+        g = self.grid
+        return g.repeats * (PREFILL_PER_REPEAT * (len(pre) + len(g.idle_gaps)) + len(dec))
+
+    async def run(self) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
         """Every point once per round, `repeats` rounds: a burst of load on a shared machine then
-        spoils one sample of several points (which the median drops), not every sample of one."""
+        spoils one sample of several points (which the median drops), not every sample of one.
+        Returns the prefill, decode and idle tables and the points skipped."""
         g = self.grid
         prefill_points, decode_points, skipped = self.plan()
         pre: dict[tuple[int, int], list[tuple[float, float | None, float | None, int]]] = {p: [] for p in prefill_points}
         dec: dict[tuple[int, int], list[tuple[float, float]]] = {p: [] for p in decode_points}
+        idle: dict[float, list[tuple[float, float | None, float | None]]] = {x: [] for x in g.idle_gaps}
         for r in range(PREFILL_PER_REPEAT * g.repeats):
             for n, c in prefill_points:
                 pre[(n, c)].append(await self.prefill_sample(n, c, r))
                 if self.on_point:
                     self.on_point(f"round {r + 1}: prefill N={n} C={c}")
+            for gap in g.idle_gaps:
+                idle[gap].append(await self.idle_sample(gap, r))
+                if self.on_point:
+                    self.on_point(f"round {r + 1}: call after {gap * 1e3:g} ms idle")
             if r % PREFILL_PER_REPEAT:
                 continue
             for b, ctx in decode_points:
@@ -190,7 +243,29 @@ class Profiler:
             decode_rows.append({"batch_size": b, "context_tokens": float(np.mean([x[1] for x in rep])),
                                 "step_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts),
                                 "samples": len(ts)})
-        return pd.DataFrame(prefill_rows), pd.DataFrame(decode_rows), skipped
+        return pd.DataFrame(prefill_rows), pd.DataFrame(decode_rows), idle_table(idle), skipped
+
+
+def idle_table(samples: dict[float, list[tuple[float, float | None, float | None]]]) -> pd.DataFrame:
+    """Per idle gap: the engine's TTFT and its rise over the back-to-back case (wake_s), and the
+    per-call API latency = client send -> stream closed minus the engine's queued -> last token
+    (HTTP, input processing, IPC, output streaming and the stream's close: what Eq. 2 adds to each
+    tool gap). engine_idle_s, the time the engine sat idle before the call, is gap + API latency."""
+    rows = []
+    for gap, rep in sorted(samples.items()):
+        if not rep:
+            continue
+        ttft = [x[1] for x in rep if x[1] is not None]
+        lat = [x[0] - x[2] for x in rep if x[2] is not None]
+        api = statistics.median(lat) if lat else None
+        rows.append({"gap_s": gap, "engine_idle_s": gap + (api or 0.0),
+                     "engine_ttft_s": statistics.median(ttft) if ttft else None,
+                     "api_latency_s": api, "client_s": statistics.median([x[0] for x in rep]), "samples": len(rep)})
+    df = pd.DataFrame(rows, columns=["gap_s", "engine_idle_s", "engine_ttft_s", "api_latency_s", "client_s", "samples"])
+    if len(df) and df["engine_ttft_s"].notna().all():
+        base = float(df["engine_ttft_s"].iloc[0])
+        df["wake_s"] = (df["engine_ttft_s"] - base).clip(lower=0.0)
+    return df
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -200,8 +275,9 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def write_profile(out: Path, info: ServerInfo, grid: Grid, prefill: pd.DataFrame, decode: pd.DataFrame,
-                  tolerance: float, engine: dict[str, Any], skipped: list[str]) -> dict[str, Any]:
-    """Fit, write prefill.csv / decode.csv (with fit_s and error per point) and profile.json."""
+                  tolerance: float, engine: dict[str, Any], skipped: list[str],
+                  idle: pd.DataFrame | None = None) -> dict[str, Any]:
+    """Fit, write prefill.csv / decode.csv (with fit_s and error per point), idle.csv and profile.json."""
     if len(prefill) < 3 or len(decode) < 3:
         raise LiveError(f"too few measured points to fit (prefill {len(prefill)}, decode {len(decode)}; need 3 each): "
                         "widen the grids")
@@ -209,10 +285,16 @@ def write_profile(out: Path, info: ServerInfo, grid: Grid, prefill: pd.DataFrame
     p, d = point_errors(f, prefill, decode)
     lat = prefill["api_latency_s"].dropna() if "api_latency_s" in prefill else pd.Series(dtype=float)
     server_timed = len(lat) == len(prefill) and len(prefill) > 0
+    idle = idle if idle is not None else pd.DataFrame()
+    call_lat = idle["api_latency_s"].dropna() if "api_latency_s" in idle else pd.Series(dtype=float)
     worst = float(max(p["error"].abs().max(), d["error"].abs().max()))
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write(out / "prefill.csv", p.to_csv(index=False))
     _atomic_write(out / "decode.csv", d.to_csv(index=False))
+    if len(idle):
+        _atomic_write(out / "idle.csv", idle.to_csv(index=False))
+    elif (out / "idle.csv").exists():
+        (out / "idle.csv").unlink()   # a stale table of an earlier profile must not time this one
     meta = {
         "format": PROFILE_FORMAT,
         "server": info.url, "model": info.model, "server_version": info.version,
@@ -226,14 +308,20 @@ def write_profile(out: Path, info: ServerInfo, grid: Grid, prefill: pd.DataFrame
         "mean_abs_error": float(pd.concat([p["error"], d["error"]]).abs().mean()),
         "within_tolerance": worst <= tolerance,
         "prefill_timing": "server" if server_timed else "client",
-        "api_latency_s": float(lat.median()) if server_timed else 0.0,
+        # per call: client send -> stream closed, minus the engine's queued -> last token (idle.csv)
+        "api_latency_s": float(call_lat.median()) if len(call_lat) else 0.0,
+        # the older, narrower figure: client TTFT - engine TTFT - queue of the lone prefill requests
+        "api_latency_first_token_s": float(lat.median()) if server_timed else None,
+        "wake_s_max": float(idle["wake_s"].max()) if "wake_s" in idle and len(idle) else None,
         "method": "black-box: prefill = time to first token of a lone request over a cached prefix (the server's "
-                  "scheduled -> first token where it reports per-request metrics, else the client's); decode step = "
-                  "mean inter-token gap while B streams decode together (median over repeats); api_latency_s = client TTFT - server "
-                  "TTFT - server queue time of those requests (HTTP, IPC, streaming), median",
+                  "scheduled -> first token where it reports per-request metrics, else the client's), sent right "
+                  "after the previous one; decode step = mean inter-token gap while B streams decode together "
+                  "(median over repeats); idle.csv: a replay-shaped call after an idle gap: wake_s = its engine "
+                  "TTFT minus the back-to-back one, api_latency_s = client send -> stream closed minus the "
+                  "engine's queued -> last token (HTTP, input processing, IPC, streaming), median",
     }
     _atomic_write(out / "profile.json", json.dumps(meta, indent=2) + "\n")
-    return {"meta": meta, "prefill": p, "decode": d}
+    return {"meta": meta, "prefill": p, "decode": d, "idle": idle}
 
 
 async def idle_check(client: ServerClient) -> str | None:

@@ -60,6 +60,8 @@ class CallRecord:
     prefix_hit_tokens: float
     queue_s: float
     release_lag_s: float
+    server_ttft_s: float = math.nan     # engine: scheduled -> first token (vLLM per-request metrics)
+    server_decode_s: float = math.nan   # engine: first -> last token
 
 
 @dataclass
@@ -157,7 +159,9 @@ class Replay:
                 rec = CallRecord(prog.program_id, k, sent, sent + q, res.first_token_s - self.t0,
                                  res.last_token_s - self.t0, res.end_s - self.t0, len(prompt), len(res.output_ids),
                                  float(res.cached_tokens) if res.cached_tokens is not None else math.nan, q,
-                                 max(0.0, release - due))
+                                 max(0.0, release - due),
+                                 res.server_ttft_s if res.server_ttft_s is not None else math.nan,
+                                 res.server_decode_s if res.server_decode_s is not None else math.nan)
                 mine.append(rec)
                 self.records.append(rec)
                 if self.policy is not None:   # completion = the last token, the simulator's c_{p,k}
@@ -177,12 +181,13 @@ class Replay:
             self.stop.set()
 
     async def _poll(self) -> None:
+        if self.poll_s <= 0:
+            return
         while not self.stop.is_set():
-            m = await self.client.metrics()
-            if m is None:
+            g = await self.client.gauges(GAUGES)
+            if g is None:
                 return
-            model = self.client.model
-            vals = [metric_value(m, g, model) for g in GAUGES]
+            vals = [g[name] for name in GAUGES]
             if vals[2] is not None:
                 self.timeline.append((self.now(), vals[2], vals[0] or 0.0, vals[1] or 0.0))
             try:
@@ -255,6 +260,12 @@ class Replay:
         calls = add_call_latencies(calls)
         calls["response_end_s"] = [r.end_s for r in recs]
         calls["release_lag_s"] = [r.release_lag_s for r in recs]
+        # The engine's own clock (vLLM --enable-per-request-metrics): what of each call's time the
+        # engine spent, and what the path client -> engine -> client added (api_overhead_s: client
+        # TTFT - queue - engine TTFT, i.e. HTTP, input processing, IPC and streaming, in and out).
+        calls["server_ttft_s"] = [r.server_ttft_s for r in recs]
+        calls["server_decode_s"] = [r.server_decode_s for r in recs]
+        calls["api_overhead_s"] = [r.first_token_s - r.release_s - r.queue_s - r.server_ttft_s for r in recs]
         by_prog: dict[str, list[CallRecord]] = {}
         for r in recs:
             by_prog.setdefault(r.program_id, []).append(r)
@@ -298,6 +309,7 @@ class Replay:
             "client_release_lag_p99_s": float(calls["release_lag_s"].quantile(0.99)) if len(calls) else None,
             "policy": self.policy.describe() if self.policy else None,
             "prompt_salt": self.salt,
+            "clock_origin_monotonic_s": self.t0,   # time 0 of the times above on the host's CLOCK_MONOTONIC
         })
         pol = {"retention": "server", "scheduling": "server", "routing": "server"}
         if self.policy is not None:

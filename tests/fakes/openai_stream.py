@@ -14,7 +14,11 @@ Two timing modes:
                each step admits waiting requests (whole prompt in one step, at most
                `max_num_seqs` running), lasts `step_time(prefills, n_decode, kv_sum)`
                seconds and emits one token per running request; the prefix cache keeps
-               every finished request's full blocks.
+               every finished request's full blocks. The step's history costs what a CPU
+               host's caches cost a real engine: the first step after the loop sat idle
+               for more than `wake_after_s` takes `wake_s` longer. `api_in_s` / `api_out_s`
+               delay every request on its way to the engine and its stream's close (an API
+               server's HTTP, input processing, IPC).
 Switches make it a broken server: `token_prompts=False` (rejects token-id prompts),
 `streaming=False` (answers JSON even when asked to stream), `token_ids=False` (no
 `token_ids` in chunks), `metrics=False` (no /metrics).
@@ -57,6 +61,7 @@ class _Req:
     cached: int = 0
     generated: int = 0
     scheduled: float = 0.0
+    queued: float = 0.0
 
 
 class FakeServer:
@@ -65,13 +70,16 @@ class FakeServer:
                  step_time: StepTime | None = None, max_num_seqs: int = 64, priority: bool = False,
                  block_size: int = 16, kv_pool_tokens: int = 1 << 20, vocab: int = 1000,
                  token_prompts: bool = True, streaming: bool = True, token_ids: bool = True,
-                 metrics: bool = True) -> None:
+                 metrics: bool = True, wake_s: float = 0.0, wake_after_s: float = 0.005,
+                 api_in_s: float = 0.0, api_out_s: float = 0.0) -> None:
         self.model, self.max_model_len, self.mode = model, max_model_len, mode
         self.ttft_s, self.tpot_s, self.prefill_s_per_token = ttft_s, tpot_s, prefill_s_per_token
         self.step_time = step_time or (lambda prefills, n, kv: 0.005)
         self.max_num_seqs, self.priority = max_num_seqs, priority
         self.block_size, self.kv_pool_tokens, self.vocab = block_size, kv_pool_tokens, vocab
         self.token_prompts, self.streaming, self.token_ids, self.metrics = token_prompts, streaming, token_ids, metrics
+        self.wake_s, self.wake_after_s = wake_s, wake_after_s
+        self.api_in_s, self.api_out_s = api_in_s, api_out_s
         self.requests: list[Recorded] = []
         self.counters = {"queries": 0, "hits": 0, "prompt": 0, "generation": 0, "success": 0, "queue_sum": 0.0}
         self._blocks: set[int] = set()
@@ -198,7 +206,9 @@ class FakeServer:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nConnection: close\r\n\r\n")
         await writer.drain()
         queue: asyncio.Queue = asyncio.Queue()
-        req = _Req(rec, list(prompt), max_tokens, prio, next(self._seq), queue)
+        if self.api_in_s:
+            await asyncio.sleep(self.api_in_s)
+        req = _Req(rec, list(prompt), max_tokens, prio, next(self._seq), queue, queued=time.monotonic())
         if self.mode == "engine":
             heapq.heappush(self._waiting, ((prio, rec.received, req.seq) if self.priority else (req.seq,)) + (req,))
             assert self._wake is not None
@@ -226,8 +236,11 @@ class FakeServer:
             await writer.drain()
         usage = {"prompt_tokens": len(prompt), "completion_tokens": req.generated,
                  "total_tokens": len(prompt) + req.generated, "prompt_tokens_details": {"cached_tokens": req.cached}}
-        metrics = {"queue_time_ms": (req.scheduled - rec.received) * 1000.0,
-                   "time_to_first_token_ms": (rec.first_token - req.scheduled) * 1000.0}
+        metrics = {"queue_time_ms": (req.scheduled - req.queued) * 1000.0,
+                   "time_to_first_token_ms": (rec.first_token - req.scheduled) * 1000.0,
+                   "generation_time_ms": (rec.done - rec.first_token) * 1000.0}
+        if self.api_out_s:
+            await asyncio.sleep(self.api_out_s)
         if (body.get("stream_options") or {}).get("include_usage"):
             writer.write(f"data: {json.dumps({'id': 'cmpl-x', 'choices': [], 'usage': usage, 'metrics': metrics})}\n\n".encode())
         writer.write(b"data: [DONE]\n\n")
@@ -292,6 +305,7 @@ class FakeServer:
 
     async def _engine(self) -> None:
         assert self._wake is not None
+        last_end = -1e9
         while True:
             if not self._running and not self._waiting:
                 self._wake.clear()
@@ -306,8 +320,11 @@ class FakeServer:
                 new.append(req)
             decoding = list(self._running)
             kv = sum(len(r.prompt) + r.generated for r in decoding)
-            await asyncio.sleep(self.step_time(prefills, len(decoding), kv))
-            end = time.monotonic()
+            dt = self.step_time(prefills, len(decoding), kv)
+            if now - last_end > self.wake_after_s:
+                dt += self.wake_s
+            await asyncio.sleep(dt)
+            end = last_end = time.monotonic()
             self._running.extend(new)
             for req in decoding + new:
                 if self._emit(req, end):
