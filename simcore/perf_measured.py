@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from simcore.config import ConfigError
+from simcore.perftables import read_table
 
 PROFILE_FORMAT = "agentservesim-measured-profile/1"
 PREFILL_COLUMNS = ("new_tokens", "context_tokens", "time_s")
@@ -107,23 +108,7 @@ def point_errors(f: MeasuredFit, prefill: pd.DataFrame, decode: pd.DataFrame) ->
 
 
 def _read_csv(path: Path, columns: Sequence[str], min_rows: int = 3) -> pd.DataFrame:
-    try:
-        df = pd.read_csv(path)
-    except FileNotFoundError:
-        raise MeasuredProfileError(f"{path}: table file not found") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise MeasuredProfileError(f"{path}: unreadable CSV ({str(e).splitlines()[0]})") from None
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise MeasuredProfileError(f"{path}: missing columns {missing}")
-    for c in columns:
-        vals = pd.to_numeric(df[c], errors="coerce")
-        if vals.isna().any() or not np.isfinite(vals).all() or (vals < 0).any():
-            raise MeasuredProfileError(f"{path}: column '{c}' must be finite numbers >= 0")
-        df[c] = vals
-    if len(df) < min_rows:
-        raise MeasuredProfileError(f"{path}: needs at least {min_rows} measured points, has {len(df)}")
-    return df
+    return read_table(path, columns, min_rows=min_rows, error=MeasuredProfileError)
 
 
 def read_meta(folder: str | Path) -> dict[str, Any]:

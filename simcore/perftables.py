@@ -20,26 +20,32 @@ class PerfTableError(UserError, ValueError):
     """A profiled table that is missing or malformed; the message is one line with the path."""
 
 
-def read_table(path: Path, columns: Sequence[str]) -> pd.DataFrame:
-    """Load a CSV, checking the columns are present, numeric, finite and non-negative."""
+def read_table(path: Path, columns: Sequence[str], *, min_rows: int = 1,
+               error: type[UserError] = PerfTableError) -> pd.DataFrame:
+    """Load a CSV, checking the columns are present, numeric, finite and non-negative (a `layer`
+    column is a name; `overhead_us` may be negative) and that it has `min_rows` rows; problems
+    raise `error` with a one-line message naming the file."""
     try:
         df = pd.read_csv(path)
     except FileNotFoundError:
-        raise PerfTableError(f"{path}: table file not found") from None
+        raise error(f"{path}: table file not found") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise PerfTableError(f"{path}: unreadable CSV ({str(e).splitlines()[0]})") from None
+        raise error(f"{path}: unreadable CSV ({str(e).splitlines()[0]})") from None
     missing = [c for c in columns if c not in df.columns]
-    if missing or df.empty:
-        raise PerfTableError(f"{path}: missing columns {missing}" if missing else f"{path}: no rows")
+    if missing:
+        raise error(f"{path}: missing columns {missing}")
     for c in columns:
         if c == "layer":
             continue
         vals = pd.to_numeric(df[c], errors="coerce")
-        if vals.isna().any() or not np.isfinite(vals).all():
-            raise PerfTableError(f"{path}: column '{c}' has non-numeric values (row {int(vals.isna().idxmax()) + 2})")
+        bad = ~np.isfinite(vals.to_numpy(float))
+        if bad.any():
+            raise error(f"{path}: column '{c}' has non-numeric or infinite values (row {int(bad.argmax()) + 2})")
         if c != "overhead_us" and (vals < 0).any():
-            raise PerfTableError(f"{path}: column '{c}' has negative values")
+            raise error(f"{path}: column '{c}' has negative values")
         df[c] = vals
+    if len(df) < min_rows:
+        raise error(f"{path}: no rows" if df.empty else f"{path}: needs at least {min_rows} rows, has {len(df)}")
     return df
 
 

@@ -80,6 +80,14 @@ def test_broken_profile_dirs_are_one_line_config_errors(tmp_path):
     (d / "decode.csv").write_text("batch_size,context_tokens\n1,2\n")
     with pytest.raises(ConfigError, match=r"decode.csv: missing columns \['step_s'\]"):
         load_measured(d, 1024)
+    for body, why in [("batch_size,context_tokens,step_s\n1,2,inf\n2,2,0.1\n4,2,0.2\n", "infinite values \\(row 2\\)"),
+                      ("batch_size,context_tokens,step_s\n1,2,0.1\n2,x,0.1\n4,2,0.2\n", "non-numeric .* \\(row 3\\)"),
+                      ("batch_size,context_tokens,step_s\n1,2,0.1\n2,2,-0.1\n4,2,0.2\n", "negative values"),
+                      ("batch_size,context_tokens,step_s\n1,2,0.1\n", "needs at least 3 rows, has 1")]:
+        (d / "decode.csv").write_text(body)
+        with pytest.raises(MeasuredProfileError, match=f"decode.csv: .*{why}") as e:
+            load_measured(d, 1024)
+        assert "\n" not in str(e.value)
     (d / "profile.json").write_text("{}")
     with pytest.raises(ConfigError, match="profile.json: field 'format'"):
         config.cell_catalog.cache_clear()

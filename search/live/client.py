@@ -10,13 +10,15 @@ and turns each way it can be unusable into a one-line `LiveError`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import re
 import resource
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import EllipsisType
-from typing import Any, Sequence
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -193,15 +195,22 @@ class ServerClient:
         await self.close()
 
     # ------------------------------------------------------------------ probing
-    async def _get(self, path: str) -> httpx.Response:
+    @contextlib.contextmanager
+    def _transport_errors(self, timed_out: str, what: str) -> Iterator[None]:
+        """httpx's transport failures as one-line LiveErrors (the server's own HTTP errors are
+        read where the response is)."""
         try:
-            return await self.http.get(path)
+            yield
         except httpx.ConnectError as e:
             raise LiveError(f"cannot reach the server at {self.url} ({e or 'connection refused'})") from None
         except httpx.TimeoutException:
-            raise LiveError(f"the server at {self.url} did not answer GET {path} in time") from None
+            raise LiveError(f"the server at {self.url} {timed_out}") from None
         except httpx.HTTPError as e:
-            raise LiveError(f"GET {self.url}{path} failed: {type(e).__name__}: {e}") from None
+            raise LiveError(f"{what} failed: {type(e).__name__}: {e}") from None
+
+    async def _get(self, path: str) -> httpx.Response:
+        with self._transport_errors(f"did not answer GET {path} in time", f"GET {self.url}{path}"):
+            return await self.http.get(path)
 
     async def models(self) -> tuple[list[str], dict[str, int | None]]:
         r = await self._get("/v1/models")
@@ -311,7 +320,7 @@ class ServerClient:
         times: list[float] = []
         counts: list[int] = []
         res = StreamResult(sent, math.nan, math.nan, math.nan, out, times, counts)
-        try:
+        with self._transport_errors(f"timed out on a {len(prompt_ids)}-token request", f"request to {self.url}"):
             async with self.http.stream("POST", "/v1/completions", json=body, headers=headers) as r:
                 if r.status_code != 200:
                     text = (await r.aread()).decode("utf-8", "replace")
@@ -359,12 +368,6 @@ class ServerClient:
                             res.server_ttft_s = float(met["time_to_first_token_ms"]) / 1000.0
                         if met.get("generation_time_ms") is not None:
                             res.server_decode_s = float(met["generation_time_ms"]) / 1000.0
-        except httpx.ConnectError as e:
-            raise LiveError(f"cannot reach the server at {self.url} ({e or 'connection refused'})") from None
-        except httpx.TimeoutException:
-            raise LiveError(f"the server at {self.url} timed out on a {len(prompt_ids)}-token request") from None
-        except httpx.HTTPError as e:
-            raise LiveError(f"request to {self.url} failed: {type(e).__name__}: {e}") from None
         res.end_s = loop.time()
         if not out:
             raise LiveError(f"the server streamed no tokens for a {len(prompt_ids)}-token prompt "

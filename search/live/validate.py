@@ -153,12 +153,7 @@ def plots(out: Path, real: SimResult, sim: SimResult, real2: SimResult | None, t
     ax.set_xlabel("JCT (s)")
     ax.set_ylabel("fraction of programs")
     ax.set_title(f"{title}: JCT CDF", fontsize=9)
-    ax.legend()
-    fig.tight_layout()
-    p = out / "jct_cdf.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    written.append(p)
+    written.append(_save(fig, ax, out / "jct_cdf.png"))
 
     m = real.programs[["program_id", "jct_s"]].merge(sim.programs[["program_id", "jct_s"]], on="program_id",
                                                      suffixes=("_real", "_sim"))
@@ -175,13 +170,18 @@ def plots(out: Path, real: SimResult, sim: SimResult, real2: SimResult | None, t
     ax.set_xlabel("real JCT (s)")
     ax.set_ylabel("JCT (s)")
     ax.set_title(f"{title}: per program", fontsize=9)
+    written.append(_save(fig, ax, out / "jct_per_program.png"))
+    return written
+
+
+def _save(fig: Any, ax: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
     ax.legend()
     fig.tight_layout()
-    p = out / "jct_per_program.png"
-    fig.savefig(p, dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
-    written.append(p)
-    return written
+    return path
 
 
 def write_report(out: Path, c: Comparison, title: str, extra: dict[str, Any], noise: bool) -> None:
