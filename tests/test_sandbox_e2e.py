@@ -15,15 +15,11 @@ to show that the mark would be seen.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import tempfile
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 from rich.console import Console
@@ -34,6 +30,7 @@ from search.settings import load_settings
 from search.cli import main as evolve
 from simcore.policies import base as B
 from tests.fakes import FAKESIM, ensure_ray
+from tests.fakes.llm_servers import openai_server
 from tests.test_sandbox_hostile import sysv_key_space
 
 pytestmark = pytest.mark.timeout(300)
@@ -62,50 +59,6 @@ def _answer(kind: str, canary: Path) -> str:
     return "Faster.\n" + _block(DEF, DEF + "\n" + escape)
 
 
-class HostileLLM:
-    """An OpenAI-compatible /v1/chat/completions that answers from a script."""
-
-    def __init__(self, script: list[str], canary: Path) -> None:
-        self.script, self.requests = list(script), []
-        outer = self
-
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a: Any) -> None:
-                pass
-
-            def _send(self, obj: Any, status: int = 200) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                self._send({"object": "list", "data": [{"id": "hostile", "object": "model"}]})
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                outer.requests.append(body)
-                kind = outer.script.pop(0) if len(outer.script) > 1 else outer.script[0]
-                self._send({"id": "x", "object": "chat.completion", "created": 0, "model": body.get("model"),
-                            "choices": [{"index": 0, "finish_reason": "stop",
-                                         "message": {"role": "assistant", "content": _answer(kind, canary)}}],
-                            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> "HostileLLM":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture()
 def canary():
     d = Path(tempfile.mkdtemp(prefix="agentservesim-canary-", dir="/tmp"))
@@ -123,7 +76,7 @@ def test_a_hostile_llm_changes_nothing_outside_the_workers(tmp_path, canary, mon
                                     "workers": 1, "timeout_s": 120, "checkpoint_interval": 1,
                                     "evaluator": {"simulator": FAKESIM, "leak_check": False, "stage1": False,
                                                   "heldout": {"top": 0}}})
-    with HostileLLM(["trojan", "escape"], canary) as llm:
+    with openai_server(["trojan", "escape"], models=("hostile",), respond=lambda k: _answer(k, canary)) as llm:
         entries = entries_for("openai:hostile", f"http://127.0.0.1:{llm.port}/v1", settings.llm)
         run = create_run("scheduling", "rtx70b_swe_0.1", settings, label_for(entries),
                          [e.model_dump() for e in entries], str(tmp_path / "run"), None)

@@ -205,21 +205,9 @@ def test_every_hook_is_answered_by_the_worker():
             pol.close()
 
 
-CLASS_CHANGED_AFTER_BODY = '''
-class P(SchedulingPolicy):
-    engine_args = {"scheduling_policy": "priority"}
-
-    def priority(self, pcb, now):
-        return 0
-
-
-def newest_first(self, pcb, now):
-    return -int(pcb.arrival_s * 1000)
-
-
-# the method is replaced after the class body ran, under a name built at run time
-P.__class__.__setattr__(P, "pri" + "ority", newest_first)
-'''
+# the hostile corpus's class 6: the method is replaced after the class body ran, under a name built
+# at run time (a parent predicting answers from the text would score another policy)
+CLASS_CHANGED_AFTER_BODY = (Path(__file__).parent / "hostile" / "66_class_swap_after_body.py").read_text()
 
 
 def test_a_class_changed_after_its_body_scores_what_trusted_scores():

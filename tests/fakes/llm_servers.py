@@ -22,6 +22,7 @@ import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from typing import Any
 
 ANCHOR = "    def priority(self, pcb, now):"
@@ -62,7 +63,7 @@ def _current_program(text: str) -> str:
 
 class _Server:
     def __init__(self, script: list[str], kind: str, models: list[str] | None = ("fake-model", "claude-test"),
-                 silent_s: float = 30.0) -> None:
+                 silent_s: float = 30.0, respond: Callable[[str], str] | None = None) -> None:
         self.script = list(script)
         self.requests: list[dict[str, Any]] = []
         self.gets: list[str] = []
@@ -118,7 +119,8 @@ class _Server:
                     outer.stopping.wait(silent_s)
                     return
                 last = body["messages"][-1]["content"]
-                text = _edit(k, _current_program(last if isinstance(last, str) else last[0]["text"]))
+                text = respond(k) if respond is not None else \
+                    _edit(k, _current_program(last if isinstance(last, str) else last[0]["text"]))
                 if kind == "openai" and self.path.endswith("/chat/completions"):
                     self._send({"id": "chatcmpl-1", "object": "chat.completion", "created": 0,
                                 "model": body.get("model"),
@@ -152,9 +154,11 @@ class _Server:
         self.httpd.server_close()
 
 
-def openai_server(script: list[str], models: list[str] | None = ("fake-model",), silent_s: float = 30.0) -> _Server:
-    """Base URL: f"http://127.0.0.1:{port}/v1"."""
-    return _Server(script, "openai", list(models) if models is not None else None, silent_s)
+def openai_server(script: list[str], models: list[str] | None = ("fake-model",), silent_s: float = 30.0,
+                  respond: Callable[[str], str] | None = None) -> _Server:
+    """Base URL: f"http://127.0.0.1:{port}/v1". `respond(step)` replaces the scripted edits of the
+    current program with a text of its own (a hostile model's answers)."""
+    return _Server(script, "openai", list(models) if models is not None else None, silent_s, respond)
 
 
 def anthropic_server(script: list[str], models: list[str] | None = ("claude-test",), silent_s: float = 30.0) -> _Server:
