@@ -89,3 +89,14 @@ def make_run(root: Path, axis: str = "scheduling", status: str = "finished", run
         "best_candidate": best, "counts": {"llm_failures": 0, "format_failures": 0, "failed_candidates": 1,
                                            "duplicates": 0}})
     return d
+
+
+def exported_package(tmp_path_factory: Any, axis: str = "scheduling") -> Path:
+    """A fixture run of `axis` exported with `evolve export` (the package folder)."""
+    from search.cli import main
+
+    root = tmp_path_factory.mktemp("runs")
+    make_run(root, axis)
+    out = tmp_path_factory.mktemp("export") / "pkg"
+    assert main(["export", f"{axis}-{CELL}-fixture", "--to", "vllm", "--out", str(out), "--runs-dir", str(root)]) == 0
+    return out

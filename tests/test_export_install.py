@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.export_helpers import BUILDS_WHEELS, can_import, vllm_python
-from tests.runs_fixture import CELL, make_run
-from search.cli import main
+from tests.runs_fixture import exported_package
 
 
 @pytest.fixture(scope="module")
@@ -25,10 +24,7 @@ def python():
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    root = tmp_path_factory.mktemp("runs")
-    make_run(root, "retention")
-    out = tmp_path_factory.mktemp("export") / "pkg"
-    assert main(["export", f"retention-{CELL}-fixture", "--out", str(out), "--runs-dir", str(root)]) == 0
+    out = exported_package(tmp_path_factory, "retention")
     return out
 
 

@@ -7,19 +7,15 @@ import importlib
 import pytest
 
 from tests.export_helpers import load_exported
-from tests.runs_fixture import CELL, make_run
+from tests.runs_fixture import exported_package
 from search.export import schema
 from search.runs import RunsError
 from simcore import pcb
-from search.cli import main
 
 
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory):
-    root = tmp_path_factory.mktemp("runs")
-    make_run(root, "scheduling")
-    out = tmp_path_factory.mktemp("export") / "pkg"
-    assert main(["export", f"scheduling-{CELL}-fixture", "--out", str(out), "--runs-dir", str(root)]) == 0
+    out = exported_package(tmp_path_factory, "scheduling")
     return importlib.import_module(load_exported(out).__name__ + ".runtime"), out
 
 

@@ -8,10 +8,9 @@ import json
 import pytest
 
 from tests.export_helpers import load_exported
-from tests.runs_fixture import CELL, make_run
+from tests.runs_fixture import CELL, exported_package
 from simcore.sim import cell_programs, simulate
 from simcore.config import get_cell
-from search.cli import main
 
 # Reads every field a client can measure (not the KV ones: the engine knows those).
 RICH_POLICY = '''
@@ -29,11 +28,7 @@ class Observed(SchedulingPolicy):
 
 @pytest.fixture(scope="module")
 def pkg(tmp_path_factory):
-    root = tmp_path_factory.mktemp("runs")
-    make_run(root, "scheduling")
-    out = tmp_path_factory.mktemp("export") / "pkg"
-    assert main(["export", f"scheduling-{CELL}-fixture", "--to", "vllm", "--out", str(out),
-                 "--runs-dir", str(root)]) == 0
+    out = exported_package(tmp_path_factory, "scheduling")
     return load_exported(out)
 
 
