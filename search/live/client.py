@@ -227,28 +227,26 @@ class ServerClient:
             raise LiveError(f"{self.url} serves no model")
         return ids, lens
 
-    async def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]] | None:
-        """The server's Prometheus metrics, or None if it has no /metrics."""
+    async def _metrics_page(self) -> str | None:
+        """The text of /metrics, or None if the server has none (the counters are optional)."""
         try:
             r = await self.http.get("/metrics")
         except httpx.HTTPError:
             return None
-        if r.status_code != 200:
-            return None
+        return r.text if r.status_code == 200 else None
+
+    async def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]] | None:
+        """The server's Prometheus metrics, or None if it has no /metrics."""
+        text = await self._metrics_page()
         try:
-            return parse_metrics(r.text)
+            return None if text is None else parse_metrics(text)
         except LiveError:
             return None
 
     async def gauges(self, names: Sequence[str]) -> dict[str, float | None] | None:
         """A few gauges from /metrics (cheap: no full parse), or None if it has no /metrics."""
-        try:
-            r = await self.http.get("/metrics")
-        except httpx.HTTPError:
-            return None
-        if r.status_code != 200:
-            return None
-        return gauge_values(r.text, names, self.model)
+        text = await self._metrics_page()
+        return None if text is None else gauge_values(text, names, self.model)
 
     async def check(self, token_range: tuple[int, int] = (100, 1000)) -> ServerInfo:
         """Probe the server: model served, token-id prompts, SSE streaming with token ids.
