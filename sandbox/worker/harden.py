@@ -258,14 +258,21 @@ def _seccomp(h: Host, role: str) -> str:
     return syscalls.install(h.ctypes, h.libc, h.arch, role)
 
 
+def _shed(h: Host, cap_last: int, role: str) -> None:
+    """What the namespace's helper processes (init, keeper) give up before they wait: the standard
+    streams, every capability, and all syscalls but their role's few. They run no candidate code,
+    so a seccomp failure here is not fatal (the worker's own filter is)."""
+    for fd in (0, 1, 2):
+        os.close(fd)
+    _drop_caps(h, cap_last)
+    _seccomp(h, role)
+
+
 def _init(h: Host, lifeline_r: int, lifeline_w: int, cap_last: int) -> None:
     """PID 1 of the namespace: wait until the keeper is gone, then end the namespace."""
     try:
         os.close(lifeline_w)
-        for fd in (0, 1, 2):
-            os.close(fd)
-        _drop_caps(h, cap_last)
-        _seccomp(h, "init")
+        _shed(h, cap_last, "init")
         while True:
             try:
                 if not os.read(lifeline_r, 1):
@@ -280,10 +287,7 @@ def _keep(h: Host, worker: int, init: int, cap_last: int) -> None:
     """The keeper: report the worker's pid, let go of the pipes, wait, end as the worker did."""
     try:
         os.write(1, b"[2,%d]\n" % worker)
-        for fd in (0, 1, 2):
-            os.close(fd)
-        _drop_caps(h, cap_last)
-        _seccomp(h, "keeper")
+        _shed(h, cap_last, "keeper")
         while True:
             try:
                 _, status = os.waitpid(worker, 0)
