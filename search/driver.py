@@ -389,7 +389,12 @@ def _report(console: Console, run: RunDir, loop: Any) -> None:
         console.print(Text(("winner: " if meta.winner else "result: ") + strip_control(meta.verdict),
                            style="bold green" if meta.winner else "bold"))
     if meta.best_candidate:
-        console.print(Text(f"policy: {run.root / 'best' / 'policy.py'}"))
+        best_file = run.root / "best" / "policy.py"
+        if meta.winner or not meta.verdict:
+            console.print(Text(f"policy: {best_file}"))
+        else:   # held-out check done, nothing significant: best/ is the best re-scored, not a winner
+            console.print(Text(f"seed (the policy to use): {run.seed_py}\n"
+                               f"best re-scored candidate, not significantly better: {best_file}"))
     c = meta.counts
     console.print(Text(f"run: {run.root}  status: {meta.status}  iterations: {meta.iterations_done}/"
                        f"{meta.iterations_planned}  LLM failures: {c.llm_failures}, answers without a program: "

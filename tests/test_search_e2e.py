@@ -67,6 +67,12 @@ def test_offline_search_writes_the_run_layout_checks_held_out_draws_and_picks(tm
     best = json.loads((run.root / "best" / "result.json").read_text())
     assert best["candidate_id"] == pick.candidate_id and best["heldout"]["draws"] == [7, 8, 9]
     assert "held-out check" in out and ("winner:" in out or "no candidate is significantly better" in out)
+    # the closing lines name the file to use: the winner's, or the seed's when nothing held
+    if meta["winner"]:
+        assert f"policy: {run.root / 'best' / 'policy.py'}" in out
+    else:
+        assert f"seed (the policy to use): {run.root / 'seed.py'}" in out
+        assert "best re-scored candidate, not significantly better" in out
     assert any((run.root / "checkpoints").iterdir())
     # every iteration's prompt is stored next to its answer
     j = _journal(run)
