@@ -285,3 +285,29 @@ def test_json_stdout_is_parseable(tmp_path, monkeypatch, capsys):
     doc = json.loads(out.out)
     assert doc["run_dir"] == str(tmp_path / "run") and doc["status"] == "finished" and doc["iterations_done"] == 1
     assert "held-out" in out.err or "result:" in out.err or "winner:" in out.err
+
+
+@pytest.mark.parametrize("significant", [True, False])
+def test_the_closing_lines_name_the_policy_to_use(tmp_path, significant):
+    """A winner's run points at best/policy.py; a run whose pick did not hold on the held-out
+    draws points at the seed and calls best/policy.py what it is."""
+    from io import StringIO
+    from types import SimpleNamespace
+
+    from search.driver import _report
+    from search.rundir import RunDir
+    from tests.runs_fixture import make_run
+
+    run = RunDir(make_run(tmp_path))
+    pick = run.load_meta().best_candidate
+    run.update(winner=pick if significant else None,
+               verdict=f"{pick} beats the seed" if significant else "no candidate is significantly better")
+    buf = StringIO()
+    _report(Console(file=buf, width=400), run, SimpleNamespace(best=None))
+    out = buf.getvalue()
+    if significant:
+        assert f"policy: {run.root / 'best' / 'policy.py'}" in out and "seed (the policy to use)" not in out
+    else:
+        assert f"seed (the policy to use): {run.seed_py}" in out
+        assert f"best re-scored candidate, not significantly better: {run.root / 'best' / 'policy.py'}" in out
+        assert "policy: " + str(run.root / "best") not in out
