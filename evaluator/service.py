@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from sandbox.errors import SandboxUnavailable
+
 from . import fitness as fit
 from .task import DEFAULT_SIMULATOR, FailureKind, Fixed, run_policy
 
@@ -127,7 +129,7 @@ class RayEvaluator:
                 raise _TaskFailed("timeout", f"evaluation exceeded the {self.plan.timeout_s:g} s limit "
                                              f"on {what} and was killed")
             try:
-                return ray.get(ref)
+                out = ray.get(ref)
             except ray.exceptions.TaskCancelledError:
                 if self._closing:
                     raise EvaluationCancelled() from None
@@ -141,6 +143,10 @@ class RayEvaluator:
                     raise EvaluationCancelled() from None
                 msg = " ".join(str(e).split())[:300]
                 raise _TaskFailed("worker", f"evaluation task failed: {type(e).__name__}: {msg}") from None
+            if not out.get("ok") and out.get("kind") == "unavailable":
+                # the machine, not the candidate: every evaluation would fail the same way
+                raise SandboxUnavailable(out.get("reason") or "an isolation layer is unavailable")
+            return out
         finally:
             with self._lock:
                 self.in_flight -= 1

@@ -16,6 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Literal, get_args
 
+from sandbox.errors import SandboxUnavailable
+
 from . import admission
 
 DEFAULT_SIMULATOR = "simcore.sim:simulate"
@@ -32,6 +34,7 @@ FailureKind = Literal[
     "timeout",   # the evaluation overran the hard per-stage limit and was killed
     "worker",    # the evaluation's worker process died twice
     "stage1",    # clearly worse than the seed on the cascade's first stage
+    "unavailable",  # not the candidate: this machine lacks an isolation layer (the evaluator stops the search)
 ]
 FAILURE_KINDS: tuple[str, ...] = get_args(FailureKind)
 
@@ -142,5 +145,7 @@ def run_policy(source: str, axis: str, seed_source: str, cells: list[str], seeds
     except admission.Rejected as e:
         kind = e.kind if e.kind in FAILURE_KINDS else "crash"
         return {"ok": False, "kind": kind, "reason": e.reason}
+    except SandboxUnavailable as e:
+        return {"ok": False, "kind": "unavailable", "reason": str(e)}
     except Exception as e:  # noqa: BLE001 - a crashing candidate is feedback, not a driver error
         return {"ok": False, "kind": _sandbox_kind(e) or "crash", "reason": _one_line(e)}

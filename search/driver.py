@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from sandbox.errors import SandboxUnavailable
 from simcore.config import ConfigError, cell_catalog, get_cell
 from simcore.display import strip_control
 from simcore.errors import UserError
@@ -263,6 +264,8 @@ def execute(run: RunDir, ray_address: str | None = None, console: Console | None
         status, code = "interrupted", 130
     except SearchError:
         raise
+    except SandboxUnavailable as e:   # the machine, not a candidate: say so whole (it names the flag)
+        error, status, code = str(e), "failed", 2
     except Exception as e:  # noqa: BLE001 - record the failure in run.json, then report one line
         error = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
         status, code = "failed", 1

@@ -7,6 +7,7 @@ against a local fake.
 """
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -311,3 +312,18 @@ def test_the_closing_lines_name_the_policy_to_use(tmp_path, significant):
         assert f"seed (the policy to use): {run.seed_py}" in out
         assert f"best re-scored candidate, not significantly better: {run.root / 'best' / 'policy.py'}" in out
         assert "policy: " + str(run.root / "best") not in out
+
+
+def test_a_machine_without_a_sandbox_layer_stops_the_search_with_the_reason(tmp_path):
+    """The seed's evaluation meets a worker that refuses to start (no network namespace): the
+    run stops at once, status failed, exit 2, and says which layer and which flag, instead of
+    scoring every candidate as a crash."""
+    sim = str(Path(__file__).resolve().parent / "fakes" / "unavailable_sim.py") + ":simulate"
+    code, run = _search(tmp_path, 3, evaluator={**TINY["evaluator"], "simulator": sim})
+    meta = json.loads(run.run_json.read_text())
+    out = (tmp_path / "out.txt").read_text()
+    assert code == 2 and meta["status"] == "failed" and meta["iterations_done"] == 0
+    assert "sandbox layers unavailable" in meta["error"] and "netns" in meta["error"]
+    assert "--allow-weak-sandbox" in meta["error"] and "crash" not in meta["error"]
+    assert "search failed: sandbox layers unavailable" in " ".join(out.split())
+    assert not list((run.root / "candidates").glob("c*"))   # no candidate was scored
