@@ -95,6 +95,13 @@ class MetricsRecorder:
         self.finished.append(req)
 
 
+# The columns of programs.csv and calls.csv before the derived latencies (add_call_latencies):
+# a simulation (collect) and a replay against a server (search/live/replay.py) write the same.
+PROGRAM_COLUMNS = ("program_id", "arrival_s", "finish_s", "jct_s", "calls", "preemptions", "attained_service_s")
+CALL_COLUMNS = ("program_id", "turn", "instance", "release_s", "first_scheduled_s", "first_token_s", "finish_s",
+                "prompt_tokens", "output_tokens", "prefix_hit_tokens", "host_hit_tokens", "preemptions")
+
+
 def collect(cell: Cell, pcbs: Sequence[PCB], recorder: MetricsRecorder, policies: dict[str, str], seed: int,
             wall_s: float, events: int) -> SimResult:
     programs = pd.DataFrame({
@@ -105,7 +112,7 @@ def collect(cell: Cell, pcbs: Sequence[PCB], recorder: MetricsRecorder, policies
         "calls": [len(p.program.calls) for p in pcbs],
         "preemptions": [p.preemptions for p in pcbs],
         "attained_service_s": [p.attained_service_s for p in pcbs],
-    })
+    }, columns=PROGRAM_COLUMNS)
     r = sorted(recorder.finished, key=lambda q: q.rid)  # release order
     calls = pd.DataFrame({
         "program_id": [pcbs[q.pid].program_id for q in r],
@@ -120,7 +127,7 @@ def collect(cell: Cell, pcbs: Sequence[PCB], recorder: MetricsRecorder, policies
         "prefix_hit_tokens": [q.hit_tokens for q in r],
         "host_hit_tokens": [q.host_hit_tokens for q in r],
         "preemptions": [q.preemptions for q in r],
-    })
+    }, columns=CALL_COLUMNS)
     calls = add_call_latencies(calls)
 
     instances = recorder.instances

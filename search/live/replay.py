@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from simcore.metrics import SimResult, add_call_latencies, frame_summary
+from simcore.metrics import CALL_COLUMNS, PROGRAM_COLUMNS, SimResult, add_call_latencies, frame_summary
 from simcore.workload import Program
 
 from .client import LiveError, ServerClient, ServerInfo, metric_value
@@ -255,8 +255,7 @@ class Replay:
             "prefix_hit_tokens": [r.prefix_hit_tokens for r in recs],
             "host_hit_tokens": [0] * len(recs),
             "preemptions": [math.nan] * len(recs),   # the API does not say which request was preempted
-        }, columns=["program_id", "turn", "instance", "release_s", "first_scheduled_s", "first_token_s", "finish_s",
-                    "prompt_tokens", "output_tokens", "prefix_hit_tokens", "host_hit_tokens", "preemptions"])
+        }, columns=CALL_COLUMNS)
         calls = add_call_latencies(calls)
         calls["response_end_s"] = [r.end_s for r in recs]
         calls["release_lag_s"] = [r.release_lag_s for r in recs]
@@ -278,8 +277,7 @@ class Replay:
             rows.append({"program_id": p.program_id, "arrival_s": self.arrivals[i], "finish_s": self.finished[i],
                          "jct_s": self.finished[i] - self.arrivals[i], "calls": len(p.calls),
                          "preemptions": math.nan, "attained_service_s": service})
-        programs = pd.DataFrame(rows, columns=["program_id", "arrival_s", "finish_s", "jct_s", "calls", "preemptions",
-                                               "attained_service_s"])
+        programs = pd.DataFrame(rows, columns=PROGRAM_COLUMNS)
         summary = frame_summary(programs, calls) if len(programs) else {"programs": 0, "calls": len(calls)}
         server = self._server_metrics(before, after, info)
         deltas = server.get("delta", {})
